@@ -1,0 +1,191 @@
+"""Apply a transform script to a program's kernel, lower it to LLVM and JIT-compile it."""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import sys
+import time
+from dataclasses import dataclass
+
+import mlir
+import numpy as np
+from mlir import execution_engine, ir, passmanager, runtime
+from mlir.dialects.transform import interpreter
+
+from mlirrl_jax.programs.ir import KERNEL_NAME
+
+MLIR_LIB_DIR = os.path.join(list(mlir.__path__)[0], "lib")
+C_RUNNER_UTILS = os.path.join(MLIR_LIB_DIR, "libmlir_c_runner_utils.so")
+ASYNC_RUNTIME = os.path.join(MLIR_LIB_DIR, "libmlir_async_runtime.so")
+
+_BUFFERIZE = [
+    "canonicalize",
+    "cse",
+    "eliminate-empty-tensors",
+    "one-shot-bufferize{bufferize-function-boundaries"
+    " function-boundary-type-conversion=identity-layout-map}",
+    "buffer-deallocation-pipeline",
+    "canonicalize",
+    "cse",
+    "canonicalize",
+    "loop-invariant-code-motion",
+]
+
+
+class CompileError(Exception):
+    """The transform script or the lowering failed; `stage` says which."""
+
+    def __init__(self, stage: str, message: str):
+        super().__init__(f"{stage}: {message}")
+        self.stage = stage
+        self.message = message
+
+
+def find_libomp() -> str | None:
+    """An OpenMP runtime for the 'openmp' parallel lowering, if one is installed."""
+    candidates = [os.environ.get("MLIRRL_LIBOMP", "")]
+    candidates += sorted(glob.glob("/usr/lib/*/libomp.so*")) + sorted(
+        glob.glob("/usr/lib/llvm-*/lib/libomp.so*")
+    )
+    candidates += [os.path.join(sys.prefix, "lib", "libiomp5.so")]
+    return next((c for c in candidates if c and os.path.exists(c)), None)
+
+
+def resolve_runtime(threads: int, runtime_name: str) -> str:
+    """'sequential' for one thread; else 'openmp' or 'async' ('auto': OpenMP when installed)."""
+    if threads <= 1:
+        return "sequential"
+    if runtime_name == "auto":
+        return "openmp" if find_libomp() else "async"
+    if runtime_name not in ("openmp", "async"):
+        raise ValueError(f"unknown parallel runtime {runtime_name!r}: use auto, openmp or async")
+    if runtime_name == "openmp" and not find_libomp():
+        raise ValueError(
+            "the openmp runtime needs libomp (e.g. apt-get install libomp5); set MLIRRL_LIBOMP"
+        )
+    return runtime_name
+
+
+def lowering_pipeline(threads: int, runtime_name: str) -> str:
+    """The pass pipeline from tensors to the LLVM dialect; scf.forall becomes threads or loops."""
+    passes = list(_BUFFERIZE)
+    passes += [
+        "func.func(convert-linalg-to-loops)",
+        "convert-vector-to-scf",
+        "expand-strided-metadata",
+        "lower-affine",
+    ]
+    if runtime_name == "openmp":
+        passes += ["scf-forall-to-parallel", f"convert-scf-to-openmp{{num-threads={threads}}}"]
+    elif runtime_name == "async":
+        passes += [
+            "scf-forall-to-parallel",
+            f"async-parallel-for{{async-dispatch=false num-workers={threads} min-task-size=1}}",
+            "async-to-async-runtime",
+            "async-runtime-ref-counting",
+            "async-runtime-ref-counting-opt",
+        ]
+    else:
+        passes += ["scf-forall-to-for"]
+    # finalize-memref-to-llvm before convert-scf-to-cf: it inlines OpenMP's memref.alloca_scope
+    passes += [
+        "finalize-memref-to-llvm",
+        "convert-scf-to-cf",
+        "convert-vector-to-llvm",
+        "finalize-memref-to-llvm",
+        "convert-math-to-llvm",
+        "convert-arith-to-llvm",
+        "convert-index-to-llvm",
+        "convert-ub-to-llvm",
+    ]
+    if runtime_name == "openmp":
+        passes += ["convert-openmp-to-llvm"]
+    if runtime_name == "async":
+        passes += ["convert-async-to-llvm"]
+    passes += [
+        "convert-arith-to-llvm",
+        "convert-func-to-llvm",
+        "convert-cf-to-llvm",
+        "reconcile-unrealized-casts",
+    ]
+    return "builtin.module(" + ",".join(passes) + ")"
+
+
+@dataclass
+class CompiledKernel:
+    """A JIT-compiled kernel; call `run(arrays)` with inputs then outputs (numpy, C order)."""
+
+    engine: object
+    function: object
+    transform_s: float
+    lower_s: float
+    jit_s: float
+    runtime: str
+
+    def pack(self, arrays: list[np.ndarray]):
+        descriptors = [
+            ctypes.pointer(ctypes.pointer(runtime.get_ranked_memref_descriptor(a))) for a in arrays
+        ]
+        packed = (ctypes.c_void_p * len(descriptors))(
+            *[ctypes.cast(d, ctypes.c_void_p) for d in descriptors]
+        )
+        return packed, descriptors  # the descriptors must outlive the call
+
+    @property
+    def compile_s(self) -> float:
+        return self.transform_s + self.lower_s + self.jit_s
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split())[:2000]
+
+
+def compile_kernel(
+    kernel_mlir: str, script: str | None, threads: int = 1, runtime_name: str = "auto"
+) -> CompiledKernel:
+    """Transform (if a script is given), lower and JIT the `@kernel` of a normalized program."""
+    resolved = resolve_runtime(threads, runtime_name)
+    with ir.Context(), ir.Location.unknown():
+        start = time.perf_counter()
+        payload = ir.Module.parse(kernel_mlir)
+        if script:
+            try:
+                transform_module = ir.Module.parse(script)
+            except Exception as exc:
+                raise CompileError(
+                    "transform", f"script does not parse: {_one_line(exc)}"
+                ) from None
+            entry = next(
+                op
+                for op in transform_module.body.operations
+                if op.operation.name == "transform.named_sequence"
+            )
+            try:
+                interpreter.apply_named_sequence(payload, entry, transform_module)
+            except Exception as exc:
+                raise CompileError("transform", _one_line(exc)) from None
+        transformed = time.perf_counter()
+        try:
+            passmanager.PassManager.parse(lowering_pipeline(threads, resolved)).run(
+                payload.operation
+            )
+        except Exception as exc:
+            raise CompileError("lower", _one_line(exc)) from None
+        lowered = time.perf_counter()
+        libs = [C_RUNNER_UTILS]
+        if resolved == "openmp":
+            libs.append(find_libomp())
+        elif resolved == "async":
+            libs.append(ASYNC_RUNTIME)
+        try:
+            engine = execution_engine.ExecutionEngine(payload, opt_level=3, shared_libs=libs)
+            engine.initialize()
+            function = engine.lookup(KERNEL_NAME)  # LLVM code generation happens here
+        except Exception as exc:
+            raise CompileError("jit", _one_line(exc)) from None
+        done = time.perf_counter()
+    return CompiledKernel(
+        engine, function, transformed - start, lowered - transformed, done - lowered, resolved
+    )

@@ -1,0 +1,222 @@
+"""Measurement in worker processes with time and memory limits.
+
+The compiler (this LLVM build has assertions on) and the compiled kernel run in a worker
+process, so an abort, a segfault, a hang or running out of memory becomes a failure record with
+its reason; the next measurement goes on in a fresh worker. The worker keeps inputs and
+reference outputs cached per program, so repeated measurements of one program stay cheap.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from multiprocessing.connection import Connection
+
+from mlirrl_jax.measure.fingerprint import fingerprint
+from mlirrl_jax.measure.timing import Measurement, TimingMethod
+from mlirrl_jax.programs.ir import Program
+from mlirrl_jax.schedule import Schedule, ScheduleError
+from mlirrl_jax.transform import transform_script
+
+DEFAULT_TIMEOUT_S = 60.0
+DEFAULT_MEM_LIMIT_MB = 4096
+# Fault injection for tests only: makes the worker crash, hang, exhaust memory or corrupt output.
+FAULTS = ("crash", "segfault", "hang", "oom", "wrong_output")
+
+
+def _limit_memory(mem_limit_mb: int):
+    def apply():
+        limit = mem_limit_mb * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    return apply
+
+
+class _Worker:
+    """One worker process and the pipes to it."""
+
+    def __init__(self, mem_limit_mb: int):
+        to_child_r, to_child_w = os.pipe()
+        from_child_r, from_child_w = os.pipe()
+        self.log = tempfile.NamedTemporaryFile(prefix="mlirrl-worker-", suffix=".log", delete=False)
+        env = dict(
+            os.environ,
+            OPENBLAS_NUM_THREADS="1",
+            OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
+        )
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "mlirrl_jax.measure.worker", str(to_child_r), str(from_child_w)],
+            pass_fds=(to_child_r, from_child_w),
+            stdin=subprocess.DEVNULL,
+            stdout=self.log,
+            stderr=self.log,
+            env=env,
+            preexec_fn=_limit_memory(mem_limit_mb),
+            start_new_session=True,
+        )
+        os.close(to_child_r)
+        os.close(from_child_w)
+        self.send = Connection(to_child_w, readable=False)
+        self.receive = Connection(from_child_r, writable=False)
+
+    def log_tail(self, since: int) -> str:
+        with open(self.log.name, "rb") as f:
+            f.seek(since)
+            text = f.read().decode(errors="replace")
+        lines = [line for line in text.splitlines() if line.strip()]
+        return " | ".join(lines[-6:])[-1500:]
+
+    def log_size(self) -> int:
+        return os.path.getsize(self.log.name)
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.process.wait()
+        for conn in (self.send, self.receive):
+            conn.close()
+        os.unlink(self.log.name)
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            try:
+                self.send.send(None)
+                self.process.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self.kill()
+
+
+class Runner:
+    """Measures (program, schedule) pairs in a worker process; failures come back as records."""
+
+    def __init__(
+        self, timeout_s: float = DEFAULT_TIMEOUT_S, mem_limit_mb: int = DEFAULT_MEM_LIMIT_MB
+    ):
+        self.timeout_s = timeout_s
+        self.mem_limit_mb = mem_limit_mb
+        self._worker: _Worker | None = None
+        self.workers_started = 0
+
+    def __enter__(self) -> Runner:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._worker.close()
+            self._worker = None
+
+    def _ensure_worker(self) -> _Worker:
+        if self._worker is None or self._worker.process.poll() is not None:
+            if self._worker is not None:
+                self._worker.kill()
+            self._worker = _Worker(self.mem_limit_mb)
+            self.workers_started += 1
+        return self._worker
+
+    def measure(
+        self,
+        program: Program,
+        schedule: Schedule | None = None,
+        *,
+        threads: int = 1,
+        runtime: str = "auto",
+        method: TimingMethod | None = None,
+        timeout_s: float | None = None,
+        inject_fault: str | None = None,
+    ) -> Measurement:
+        """Compile, verify and time `schedule` on `program` (no schedule: the unscheduled baseline)."""
+        schedule = schedule or Schedule()
+        method = method or TimingMethod()
+        record = Measurement(
+            status="ok",
+            program=program.name,
+            program_hash=program.hash,
+            schedule=schedule.to_json(),
+            schedule_hash=schedule.hash,
+            threads=threads,
+            method=dataclasses.asdict(method),
+            fingerprint=fingerprint(),
+            flops=program.flops,
+        )
+        if inject_fault is not None and inject_fault not in FAULTS:
+            raise ValueError(f"unknown fault {inject_fault!r}; known: {FAULTS}")
+        start = time.perf_counter()
+        try:
+            script = None if schedule.is_empty else transform_script(program, schedule)
+        except ScheduleError as exc:
+            record.status, record.error = "invalid_schedule", str(exc)
+            record.wall_s = time.perf_counter() - start
+            return record
+        request = {
+            "program": program,
+            "script": script,
+            "threads": threads,
+            "runtime": runtime,
+            "method": method,
+            "inject_fault": inject_fault,
+        }
+        result = self._round_trip(request, timeout_s or self.timeout_s)
+        for key, value in result.items():
+            setattr(record, key, value)
+        record.wall_s = time.perf_counter() - start
+        return record
+
+    def _round_trip(self, request: dict, timeout_s: float) -> dict:
+        worker = self._ensure_worker()
+        log_start = worker.log_size()
+        try:
+            worker.send.send(request)
+            if not worker.receive.poll(timeout_s):  # alive but silent: a hang
+                worker.kill()
+                self._worker = None
+                return {
+                    "status": "timeout",
+                    "error": f"no result within {timeout_s:g} s; worker killed",
+                }
+            reply = worker.receive.recv()
+            if reply["status"] == "oom":  # a worker that ran out of memory is not reused
+                worker.kill()
+                self._worker = None
+            return reply
+        except (EOFError, BrokenPipeError, ConnectionResetError):
+            pass  # the worker died: find out how below
+        try:
+            code = worker.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # closed its pipe but lingers: treat as a crash
+            code = -signal.SIGABRT
+        tail = worker.log_tail(log_start)
+        worker.kill()
+        self._worker = None
+        return _death_record(code, tail, self.mem_limit_mb)
+
+
+def _death_record(code: int, tail: str, mem_limit_mb: int) -> dict:
+    reason = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+    memory_words = ("out of memory", "MemoryError", "std::bad_alloc", "Cannot allocate memory")
+    if code == -signal.SIGKILL or any(w in tail for w in memory_words):
+        return {"status": "oom", "error": f"{reason} (memory limit {mem_limit_mb} MiB): {tail}"}
+    return {"status": "crash", "error": f"{reason}: {tail}" if tail else reason}
+
+
+_default_runner: Runner | None = None
+
+
+def measure(program: Program, schedule: Schedule | None = None, **kwargs) -> Measurement:
+    """Measure with a process-wide runner (see `Runner.measure`)."""
+    global _default_runner
+    if _default_runner is None:
+        _default_runner = Runner()
+    return _default_runner.measure(program, schedule, **kwargs)

@@ -1,0 +1,162 @@
+"""Schedules: plain data saying which loop transformations to apply to each op, in order.
+
+Tile sizes and permutations always refer to the op's *original* loops (the order of its
+iteration space in the program), whatever interchanges came before; 0 means "not tiled".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SCHEDULE_FORMAT = 1
+
+TILE = "tile"  # tile_using_for: one level of scf.for tiling
+TILE_PARALLEL = "tile_parallel"  # tile_using_forall on parallel loops (threads)
+TILE_FUSE = "tile_fuse"  # tile_using_forall, then fuse the op's producers into the loop
+INTERCHANGE = "interchange"  # permute the op's loops (generalizes named ops)
+VECTORIZE = "vectorize"  # vectorize the (tiled) op; contraction -> FMAs, hoisting
+DECOMPOSE = "decompose"  # 2-D conv/pooling with a size-1 window row -> 1-D, so it vectorizes
+
+KINDS = (TILE, TILE_PARALLEL, TILE_FUSE, INTERCHANGE, VECTORIZE, DECOMPOSE)
+_SIZED = {TILE, TILE_PARALLEL, TILE_FUSE}
+
+
+class ScheduleError(ValueError):
+    """A schedule that is malformed as data (not one that fails to compile)."""
+
+
+@dataclass(frozen=True)
+class Transform:
+    """One transformation of one op."""
+
+    kind: str
+    sizes: tuple[int, ...] = ()  # per original loop; 0 = not tiled (tiling kinds)
+    permutation: tuple[int, ...] = ()  # original loop indices, outermost first (interchange)
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ScheduleError(f"unknown transformation kind {self.kind!r}; known: {KINDS}")
+        if self.kind in _SIZED and not self.sizes:
+            raise ScheduleError(f"{self.kind} needs tile sizes")
+        if any(s < 0 for s in self.sizes):
+            raise ScheduleError(f"{self.kind}: negative tile size in {self.sizes}")
+        if self.kind == INTERCHANGE and (
+            not self.permutation or len(set(self.permutation)) != len(self.permutation)
+        ):
+            raise ScheduleError(f"interchange: {self.permutation} is not a permutation")
+
+    def to_json(self) -> dict:
+        out: dict = {"kind": self.kind}
+        if self.sizes:
+            out["sizes"] = list(self.sizes)
+        if self.permutation:
+            out["permutation"] = list(self.permutation)
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict) -> Transform:
+        unknown = set(data) - {"kind", "sizes", "permutation"}
+        if unknown:
+            raise ScheduleError(f"transform has unknown fields {sorted(unknown)}")
+        return cls(
+            data["kind"],
+            tuple(int(s) for s in data.get("sizes", ())),
+            tuple(int(p) for p in data.get("permutation", ())),
+        )
+
+
+@dataclass(frozen=True)
+class OpSchedule:
+    """The transformations of one op, applied in order."""
+
+    op: int
+    transforms: tuple[Transform, ...]
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Transformations per op; ops are transformed in the listed order (consumers first)."""
+
+    ops: tuple[OpSchedule, ...] = field(default=())
+
+    def __post_init__(self):
+        ids = [o.op for o in self.ops]
+        if len(ids) != len(set(ids)):
+            raise ScheduleError(f"an op appears twice in the schedule: {ids}")
+
+    @classmethod
+    def of(cls, per_op: dict[int, list[Transform]] | list[tuple[int, list[Transform]]]) -> Schedule:
+        items = per_op.items() if isinstance(per_op, dict) else per_op
+        return cls(tuple(OpSchedule(op, tuple(ts)) for op, ts in items))
+
+    def transforms_of(self, op_id: int) -> tuple[Transform, ...]:
+        for o in self.ops:
+            if o.op == op_id:
+                return o.transforms
+        return ()
+
+    @property
+    def is_empty(self) -> bool:
+        return all(not o.transforms for o in self.ops)
+
+    def to_json(self) -> dict:
+        return {
+            "format": SCHEDULE_FORMAT,
+            "ops": [
+                {"op": o.op, "transforms": [t.to_json() for t in o.transforms]} for o in self.ops
+            ],
+        }
+
+    def dumps(self) -> str:
+        """Canonical JSON text (sorted keys, no spaces): the basis of the hash."""
+        return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
+
+    @property
+    def hash(self) -> str:
+        return hashlib.sha256(self.dumps().encode()).hexdigest()[:16]
+
+    @classmethod
+    def from_json(cls, data: dict) -> Schedule:
+        if not isinstance(data, dict) or "ops" not in data:
+            raise ScheduleError("a schedule is a JSON object with an 'ops' list")
+        if data.get("format", SCHEDULE_FORMAT) != SCHEDULE_FORMAT:
+            raise ScheduleError(f"schedule format {data.get('format')} is not {SCHEDULE_FORMAT}")
+        try:
+            return cls(
+                tuple(
+                    OpSchedule(int(o["op"]), tuple(Transform.from_json(t) for t in o["transforms"]))
+                    for o in data["ops"]
+                )
+            )
+        except (KeyError, TypeError) as exc:
+            raise ScheduleError(f"malformed schedule: missing or wrong field {exc}") from None
+
+    @classmethod
+    def loads(cls, text: str) -> Schedule:
+        try:
+            return cls.from_json(json.loads(text))
+        except json.JSONDecodeError as exc:
+            raise ScheduleError(f"schedule is not valid JSON: {exc}") from None
+
+    @classmethod
+    def load(cls, path: str | Path) -> Schedule:
+        path = Path(path)
+        if not path.is_file():
+            raise ScheduleError(f"{path}: no such schedule file")
+        return cls.loads(path.read_text())
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_json(), indent=1) + "\n")
+
+    def describe(self) -> str:
+        parts = []
+        for o in self.ops:
+            steps = []
+            for t in o.transforms:
+                arg = t.sizes or t.permutation
+                steps.append(f"{t.kind}{list(arg) if arg else ''}")
+            parts.append(f"op{o.op}: " + (" -> ".join(steps) or "-"))
+        return "; ".join(parts) or "(no schedule)"

@@ -1,0 +1,238 @@
+"""Schedule -> Transform-dialect script (MLIR text) for the program's tagged ops.
+
+The builder follows each op through its transformations: it keeps the op's current handle, the
+order of its loops (original indices, after interchanges and decompositions), their current
+extents, and the scf.for loops tiling created, so that sizes given in original loop order land
+on the right loops. Vector cleanup patterns and the hoisting of loop-invariant transfers run
+once, after every op is transformed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mlirrl_jax.programs.ir import OP_ID_ATTR, LinalgOp, Program
+from mlirrl_jax.schedule import (
+    DECOMPOSE,
+    INTERCHANGE,
+    TILE,
+    TILE_FUSE,
+    TILE_PARALLEL,
+    VECTORIZE,
+    Schedule,
+    ScheduleError,
+)
+
+ANY = "!transform.any_op"
+
+# Patterns that make vectorized code fast: contractions become outer products (FMAs),
+# multi-reductions are lowered, transfers are simplified.
+VECTOR_CLEANUP = """\
+    transform.apply_patterns to {func} {{
+      transform.apply_patterns.vector.reduction_to_contract
+      transform.apply_patterns.vector.lower_contraction lowering_strategy = "outerproduct"
+      transform.apply_patterns.vector.lower_outerproduct
+      transform.apply_patterns.vector.transfer_permutation_patterns
+      transform.apply_patterns.vector.lower_multi_reduction lowering_strategy = "innerparallel"
+      transform.apply_patterns.canonicalization
+    }} : {any}
+"""
+
+
+def window_loops(op: LinalgOp) -> list[tuple[int, int]]:
+    """(output loop, window loop) pairs of a sliding-window op: conv H then W, in operand order."""
+    pairs = []
+    for operand in op.inputs:
+        for row in operand.access:
+            nonzero = [i for i, c in enumerate(row) if c]
+            if len(nonzero) != 2:
+                continue
+            kinds = {op.loops[i].iterator: i for i in nonzero}
+            if set(kinds) == {"parallel", "reduction"}:
+                pairs.append((kinds["parallel"], kinds["reduction"]))
+    return pairs
+
+
+@dataclass
+class _OpState:
+    handle: str
+    order: list[int]  # original loop indices of the current loops, outermost first
+    extents: dict[int, int]  # original loop index -> current (tile) extent
+    loops: list[str] = field(default_factory=list)  # scf.for handles, outermost first
+    in_forall: bool = False
+    generalized: bool = False
+
+
+class _Builder:
+    def __init__(self, program: Program):
+        self.program = program
+        self.lines: list[str] = []
+        self.counter = 0
+        self.states: dict[int, _OpState] = {}
+        self.loops_in_order: list[str] = []
+        self.vectorized = False
+        for op in program.ops:
+            handle = self.fresh("op")
+            self.emit(
+                f"{handle} = transform.structured.match attributes {{{OP_ID_ATTR} = {op.id} : i64}}"
+                f" in %root : ({ANY}) -> {ANY}"
+            )
+            self.states[op.id] = _OpState(
+                handle, list(range(op.n_loops)), {i: lp.extent for i, lp in enumerate(op.loops)}
+            )
+
+    def fresh(self, stem: str) -> str:
+        self.counter += 1
+        return f"%{stem}{self.counter}"
+
+    def emit(self, line: str) -> None:
+        self.lines.append("    " + line)
+
+    def current_sizes(self, op: LinalgOp, state: _OpState, sizes: tuple[int, ...], what: str):
+        if len(sizes) != op.n_loops:
+            raise ScheduleError(f"op {op.id}: {what} has {len(sizes)} sizes for {op.n_loops} loops")
+        dropped = [i for i in range(op.n_loops) if i not in state.order and sizes[i]]
+        if dropped:
+            raise ScheduleError(f"op {op.id}: {what} tiles loops {dropped} that no longer exist")
+        return [sizes[i] for i in state.order]
+
+    def tile(self, op: LinalgOp, state: _OpState, sizes: tuple[int, ...]) -> None:
+        current = self.current_sizes(op, state, sizes, TILE)
+        n = sum(1 for s in current if s)
+        tiled = self.fresh("t")
+        loops = [self.fresh("loop") for _ in range(n)]
+        self.emit(
+            f"{', '.join([tiled] + loops)} = transform.structured.tile_using_for {state.handle}"
+            f" tile_sizes {current} : ({ANY}) -> ({', '.join([ANY] * (n + 1))})"
+        )
+        state.handle = tiled
+        state.loops += loops
+        self.loops_in_order += loops
+        self._shrink(state, sizes)
+
+    def tile_forall(self, op: LinalgOp, state: _OpState, sizes: tuple[int, ...], what: str) -> str:
+        current = self.current_sizes(op, state, sizes, what)
+        reductions = [i for i in state.order if sizes[i] and op.loops[i].iterator == "reduction"]
+        if reductions:
+            raise ScheduleError(
+                f"op {op.id}: {what} cannot parallelize reduction loops {reductions}"
+            )
+        if state.in_forall:
+            raise ScheduleError(f"op {op.id}: {what} inside a parallel loop it was fused into")
+        tiled, forall = self.fresh("t"), self.fresh("forall")
+        self.emit(
+            f"{tiled}, {forall} = transform.structured.tile_using_forall {state.handle}"
+            f" tile_sizes {current} : ({ANY}) -> ({ANY}, {ANY})"
+        )
+        state.handle = tiled
+        state.in_forall = True
+        self._shrink(state, sizes)
+        return forall
+
+    def fuse_producers(self, op: LinalgOp, forall: str) -> None:
+        """Fuse the op's producer closure into its forall, nearest producers first."""
+        pending = list(self.program.producers(op.id))
+        seen = set()
+        while pending:
+            producer_id = pending.pop(0)
+            if producer_id in seen:
+                continue
+            seen.add(producer_id)
+            state = self.states[producer_id]
+            fused, grown = self.fresh("fused"), self.fresh("forall")
+            self.emit(
+                f"{fused}, {grown} = transform.structured.fuse_into_containing_op"
+                f" {state.handle} into {forall} : ({ANY}, {ANY}) -> ({ANY}, {ANY})"
+            )
+            forall = grown
+            state.handle = fused
+            state.in_forall = True
+            pending += self.program.producers(producer_id)
+
+    def interchange(self, op: LinalgOp, state: _OpState, permutation: tuple[int, ...]) -> None:
+        if sorted(permutation) != sorted(state.order):
+            raise ScheduleError(
+                f"op {op.id}: interchange {list(permutation)} must permute loops {sorted(state.order)}"
+            )
+        vector = [state.order.index(p) for p in permutation]
+        if not state.generalized:
+            generic = self.fresh("g")
+            self.emit(
+                f"{generic} = transform.structured.generalize {state.handle} : ({ANY}) -> {ANY}"
+            )
+            state.handle = generic
+            state.generalized = True
+        swapped = self.fresh("i")
+        self.emit(
+            f"{swapped} = transform.structured.interchange {state.handle}"
+            f" iterator_interchange = {vector} : ({ANY}) -> {ANY}"
+        )
+        state.handle = swapped
+        state.order = list(permutation)
+
+    def decompose(self, op: LinalgOp, state: _OpState) -> None:
+        pairs = [(o, w) for o, w in window_loops(op) if o in state.order and w in state.order]
+        unit = [(o, w) for o, w in pairs if state.extents[o] == 1 and state.extents[w] == 1]
+        if state.generalized or not unit:
+            raise ScheduleError(
+                f"op {op.id}: decompose needs a named conv/pooling op with an output row and its"
+                " window row tiled to 1"
+            )
+        out_loop, window_loop = unit[0]
+        decomposed = self.fresh("d")
+        self.emit(
+            f"{decomposed} = transform.structured.decompose {state.handle} : ({ANY}) -> {ANY}"
+        )
+        state.handle = decomposed
+        state.order = [i for i in state.order if i not in (out_loop, window_loop)]
+
+    def vectorize(self, state: _OpState) -> None:
+        self.emit(f"transform.structured.vectorize {state.handle} : {ANY}")
+        self.vectorized = True
+
+    def _shrink(self, state: _OpState, sizes: tuple[int, ...]) -> None:
+        for i in state.order:
+            if sizes[i]:
+                state.extents[i] = min(sizes[i], state.extents[i])
+
+    def apply(self, schedule: Schedule) -> str:
+        known = {op.id: op for op in self.program.ops}
+        for op_schedule in schedule.ops:
+            if op_schedule.op not in known:
+                raise ScheduleError(
+                    f"schedule names op {op_schedule.op}; program has {sorted(known)}"
+                )
+            op, state = known[op_schedule.op], self.states[op_schedule.op]
+            for step in op_schedule.transforms:
+                if step.kind == TILE:
+                    self.tile(op, state, step.sizes)
+                elif step.kind in (TILE_PARALLEL, TILE_FUSE):
+                    forall = self.tile_forall(op, state, step.sizes, step.kind)
+                    if step.kind == TILE_FUSE:
+                        self.fuse_producers(op, forall)
+                elif step.kind == INTERCHANGE:
+                    self.interchange(op, state, step.permutation)
+                elif step.kind == DECOMPOSE:
+                    self.decompose(op, state)
+                elif step.kind == VECTORIZE:
+                    self.vectorize(state)
+        if self.vectorized:
+            func = self.fresh("func")
+            self.emit(
+                f'{func} = transform.structured.match ops{{["func.func"]}} in %root : ({ANY}) -> {ANY}'
+            )
+            self.lines.append(VECTOR_CLEANUP.format(func=func, any=ANY).rstrip("\n"))
+        # innermost loops first, so invariant transfers bubble out as far as they can
+        for loop in reversed(self.loops_in_order):
+            self.emit(f"transform.loop.hoist_loop_invariant_subsets {loop} : {ANY}")
+        body = "\n".join(self.lines)
+        return (
+            "module attributes {transform.with_named_sequence} {\n"
+            f"  transform.named_sequence @__transform_main(%root: {ANY} {{transform.readonly}}) {{\n"
+            f"{body}\n    transform.yield\n  }}\n}}\n"
+        )
+
+
+def transform_script(program: Program, schedule: Schedule) -> str:
+    """The Transform-dialect module that applies `schedule` to `program`'s kernel."""
+    return _Builder(program).apply(schedule)

@@ -1,0 +1,72 @@
+"""Shared fixtures: small real programs and one measurement runner per test session."""
+
+import pytest
+
+from mlirrl_jax.measure.runner import Runner
+from mlirrl_jax.programs.ir import parse_program
+
+MATMUL = """
+func.func @matmul(%A: tensor<64x128xf32>, %B: tensor<128x96xf32>) -> tensor<64x96xf32> {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<64x96xf32>
+  %init = linalg.fill ins(%zero : f32) outs(%e : tensor<64x96xf32>) -> tensor<64x96xf32>
+  %r = linalg.matmul ins(%A, %B : tensor<64x128xf32>, tensor<128x96xf32>)
+                     outs(%init : tensor<64x96xf32>) -> tensor<64x96xf32>
+  return %r : tensor<64x96xf32>
+}
+"""
+
+MATMUL_BIAS_RELU = """
+#id = affine_map<(i, j) -> (i, j)>
+#row = affine_map<(i, j) -> (j)>
+func.func @mm_bias_relu(%A: tensor<64x64xf32>, %B: tensor<64x128xf32>, %bias: tensor<128xf32>)
+    -> tensor<64x128xf32> {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<64x128xf32>
+  %init = linalg.fill ins(%zero : f32) outs(%e : tensor<64x128xf32>) -> tensor<64x128xf32>
+  %mm = linalg.matmul ins(%A, %B : tensor<64x64xf32>, tensor<64x128xf32>)
+                      outs(%init : tensor<64x128xf32>) -> tensor<64x128xf32>
+  %e2 = tensor.empty() : tensor<64x128xf32>
+  %r = linalg.generic {indexing_maps = [#id, #row, #id], iterator_types = ["parallel", "parallel"]}
+       ins(%mm, %bias : tensor<64x128xf32>, tensor<128xf32>) outs(%e2 : tensor<64x128xf32>) {
+  ^bb0(%x: f32, %b: f32, %o: f32):
+    %s = arith.addf %x, %b : f32
+    %m = arith.maximumf %s, %zero : f32
+    linalg.yield %m : f32
+  } -> tensor<64x128xf32>
+  return %r : tensor<64x128xf32>
+}
+"""
+
+CONV = """
+func.func @conv(%I: tensor<1x18x18x16xf32>, %W: tensor<3x3x16x32xf32>) -> tensor<1x16x16x32xf32> {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<1x16x16x32xf32>
+  %init = linalg.fill ins(%zero : f32) outs(%e : tensor<1x16x16x32xf32>) -> tensor<1x16x16x32xf32>
+  %r = linalg.conv_2d_nhwc_hwcf {dilations = dense<1> : tensor<2xi64>, strides = dense<1> : tensor<2xi64>}
+       ins(%I, %W : tensor<1x18x18x16xf32>, tensor<3x3x16x32xf32>)
+       outs(%init : tensor<1x16x16x32xf32>) -> tensor<1x16x16x32xf32>
+  return %r : tensor<1x16x16x32xf32>
+}
+"""
+
+
+@pytest.fixture(scope="session")
+def matmul():
+    return parse_program(MATMUL, "matmul")
+
+
+@pytest.fixture(scope="session")
+def mm_bias_relu():
+    return parse_program(MATMUL_BIAS_RELU, "mm_bias_relu")
+
+
+@pytest.fixture(scope="session")
+def conv():
+    return parse_program(CONV, "conv")
+
+
+@pytest.fixture(scope="session")
+def runner():
+    with Runner(timeout_s=60) as r:
+        yield r

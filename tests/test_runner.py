@@ -1,0 +1,95 @@
+"""Measurement in workers: verified timing, illegal schedules, and injected faults."""
+
+import numpy as np
+import pytest
+
+from mlirrl_jax.measure.reference import compare
+from mlirrl_jax.measure.runner import Runner
+from mlirrl_jax.measure.timing import TimingMethod
+from mlirrl_jax.schedule import Schedule, Transform
+
+QUICK = TimingMethod(min_repeats=3, min_time_s=0.01)
+MATMUL_VECTORIZED = Schedule.of(
+    {1: [Transform("tile", (32, 32, 32)), Transform("tile", (8, 32, 1)), Transform("vectorize")]}
+)
+
+
+def test_baseline_is_verified_and_timed(runner, matmul):
+    m = runner.measure(matmul, method=QUICK)
+    assert m.status == "ok" and m.verified
+    assert m.median_s > 0 and m.min_s <= m.median_s and m.repeats >= 3
+    assert m.max_error <= m.tolerance
+    assert m.fingerprint["machine"]["machine_id"] and m.fingerprint["toolchain"]["toolchain_id"]
+    assert m.method["seed"] == 0 and m.schedule_hash == Schedule().hash
+
+
+def test_scheduled_matmul_is_faster_and_verified(runner, matmul):
+    base = runner.measure(matmul, method=QUICK)
+    fast = runner.measure(matmul, MATMUL_VECTORIZED, method=QUICK)
+    assert fast.status == "ok" and fast.verified
+    assert fast.median_s < base.median_s
+    assert set(fast.compile_s) == {"transform_s", "lower_s", "jit_s"}
+
+
+def test_illegal_schedule_is_a_compile_error(runner, matmul):
+    # 6 does not divide 64: tiling works, vectorization of the partial tile does not
+    bad = Schedule.of({1: [Transform("tile", (6, 32, 1)), Transform("vectorize")]})
+    m = runner.measure(matmul, bad, method=QUICK)
+    assert m.status == "compile_error" and "vectorize" in m.error
+    assert m.median_s is None and not m.verified
+
+
+def test_schedule_that_does_not_fit_the_program(runner, matmul):
+    m = runner.measure(matmul, Schedule.of({1: [Transform("tile", (8, 8))]}))
+    assert m.status == "invalid_schedule" and "2 sizes for 3 loops" in m.error
+    m = runner.measure(matmul, Schedule.of({7: [Transform("vectorize")]}))
+    assert m.status == "invalid_schedule" and "op 7" in m.error
+    m = runner.measure(matmul, Schedule.of({1: [Transform("tile_parallel", (8, 8, 8))]}))
+    assert m.status == "invalid_schedule" and "reduction" in m.error
+
+
+@pytest.mark.parametrize(
+    "fault, status, words",
+    [
+        ("crash", "crash", "SIGABRT"),
+        ("segfault", "crash", "SIGSEGV"),
+        ("hang", "timeout", "no result within"),
+        ("wrong_output", "wrong_output", "differs from the reference"),
+        ("oom", "oom", "MemoryError"),
+    ],
+)
+def test_injected_faults_become_records_and_the_next_measurement_goes_on(
+    matmul, fault, status, words
+):
+    # the faults are injected on purpose (a test-only request flag); everything else is real
+    with Runner(timeout_s=4, mem_limit_mb=2048) as runner:
+        m = runner.measure(matmul, MATMUL_VECTORIZED, method=QUICK, inject_fault=fault)
+        assert m.status == status and words in m.error
+        assert m.median_s is None and not m.verified
+        after = runner.measure(matmul, MATMUL_VECTORIZED, method=QUICK)
+        assert after.status == "ok" and after.verified
+
+
+def test_compare_catches_small_and_unwritten_errors():
+    ref = np.linspace(-1, 1, 100)
+    assert compare(ref.astype(np.float32), ref, 1e-5)[0]
+    wrong = ref.copy()
+    wrong[17] += 1e-2
+    assert not compare(wrong, ref, 1e-5)[0]
+    unwritten = ref.copy()
+    unwritten[3] = np.nan
+    assert not compare(unwritten, ref, 1e-5)[0]
+
+
+def test_parallel_variant_records_threads(runner, matmul):
+    forall = Schedule.of(
+        {
+            1: [
+                Transform("tile_parallel", (32, 0, 0)),
+                Transform("tile", (8, 32, 1)),
+                Transform("vectorize"),
+            ]
+        }
+    )
+    m = runner.measure(matmul, forall, threads=2, method=QUICK)
+    assert m.status == "ok" and m.threads == 2 and m.runtime in ("async", "openmp")
