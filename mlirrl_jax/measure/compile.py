@@ -113,6 +113,21 @@ def lowering_pipeline(threads: int, runtime_name: str) -> str:
     return "builtin.module(" + ",".join(passes) + ")"
 
 
+_loaded_libraries: dict[str, ctypes.CDLL] = {}
+
+
+def _keep_loaded(paths: list[str]) -> None:
+    """Hold a process-wide reference to each runtime library.
+
+    An ExecutionEngine unloads its shared libraries when it is destroyed; the async and OpenMP
+    runtimes keep worker threads alive, and unloading their code under them crashes the next
+    kernel. One extra reference per process keeps them resident.
+    """
+    for path in paths:
+        if path not in _loaded_libraries:
+            _loaded_libraries[path] = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+
+
 @dataclass
 class CompiledKernel:
     """A JIT-compiled kernel; call `run(arrays)` with inputs then outputs (numpy, C order)."""
@@ -179,6 +194,7 @@ def compile_kernel(
             libs.append(find_libomp())
         elif resolved == "async":
             libs.append(ASYNC_RUNTIME)
+        _keep_loaded(libs)
         try:
             engine = execution_engine.ExecutionEngine(payload, opt_level=3, shared_libs=libs)
             engine.initialize()

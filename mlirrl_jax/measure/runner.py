@@ -190,6 +190,9 @@ class Runner:
             if reply["status"] == "oom":  # a worker that ran out of memory is not reused
                 worker.kill()
                 self._worker = None
+            elif reply.pop("retire_worker", False):
+                worker.close()
+                self._worker = None
             return reply
         except (EOFError, BrokenPipeError, ConnectionResetError):
             pass  # the worker died: find out how below

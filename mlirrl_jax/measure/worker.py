@@ -39,6 +39,11 @@ class _ProgramData:
 
 
 _cache: dict[tuple[str, int], _ProgramData] = {}
+# Destroying an ExecutionEngine that loaded the async runtime tears down the runtime's global
+# state, and the next async kernel in the process crashes: keep such engines alive, and let the
+# runner replace the worker after RETAIN_LIMIT of them.
+RETAIN_LIMIT = 48
+_retained: list = []
 
 
 def _program_data(program: Program, seed: int) -> _ProgramData:
@@ -77,7 +82,10 @@ def measure_request(request: dict) -> dict:
         )
     except CompileError as exc:
         return {"status": "compile_error", "error": str(exc)}
+    if kernel.runtime == "async":
+        _retained.append(kernel)
     result: dict = {
+        "retire_worker": len(_retained) >= RETAIN_LIMIT,
         "runtime": kernel.runtime,
         "compile_s": {
             "transform_s": kernel.transform_s,

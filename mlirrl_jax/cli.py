@@ -1,0 +1,222 @@
+"""Command line: `mlirrl-jax measure | demo | suite | show`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from mlirrl_jax.heuristics import heuristic_schedule
+from mlirrl_jax.measure.runner import DEFAULT_MEM_LIMIT_MB, DEFAULT_TIMEOUT_S, Runner
+from mlirrl_jax.measure.timing import Measurement, TimingMethod, speedup
+from mlirrl_jax.programs import generate
+from mlirrl_jax.programs.ir import Program, ProgramError, load_program, parse_program
+from mlirrl_jax.report import format_table, save_speedup_plot
+from mlirrl_jax.schedule import Schedule, ScheduleError
+from mlirrl_jax.transform import transform_script
+
+# The demo's programs: the shapes its figures are known by, rendered by the generator.
+DEMO_SPECS = (
+    generate.MatmulSpec(256, 256, 256),
+    generate.Conv2dSpec("nhwc", 1, 34, 34, 32, 64, 3),
+    generate.MatmulBiasReluSpec(256, 256, 256),
+    generate.PoolSpec("max", 1, 34, 34, 64, 3),
+    generate.ElementwiseSpec("relu", (1, 56, 56, 64)),
+    generate.BatchMatmulSpec(4, 128, 128, 64),
+)
+
+
+def demo_programs() -> list[Program]:
+    return [parse_program(generate.render(spec), spec.name) for spec in DEMO_SPECS]
+
+
+def _measurement_row(program: Program, base: Measurement, tuned: Measurement) -> dict:
+    gain = speedup(base, tuned)
+    return {
+        "program": program.name,
+        "baseline_ms": base.median_s * 1e3 if base.ok else None,
+        "scheduled_ms": tuned.median_s * 1e3 if tuned.ok else None,
+        "speedup": gain,
+        "gflops": tuned.gflops,
+        "verified": tuned.verified,
+        "status": tuned.status if tuned.ok else f"{tuned.status}: {(tuned.error or '')[:80]}",
+        "measure_s": tuned.wall_s,
+    }
+
+
+def _runner(args: argparse.Namespace) -> Runner:
+    return Runner(timeout_s=args.timeout, mem_limit_mb=args.mem_limit)
+
+
+def cmd_measure(args) -> int:
+    program = load_program(args.program)
+    if args.schedule:
+        schedule, label = Schedule.load(args.schedule), args.schedule
+    else:
+        schedule, label = heuristic_schedule(program), "heuristic schedule"
+    method = TimingMethod(seed=args.seed)
+    with _runner(args) as runner:
+        base = runner.measure(program, None, threads=1, method=method)
+        tuned = runner.measure(
+            program, schedule, threads=args.threads, runtime=args.runtime, method=method
+        )
+    if args.json:
+        print(json.dumps({"baseline": base.to_json(), "scheduled": tuned.to_json()}, indent=1))
+        return 0 if tuned.ok else 1
+    print(program.describe())
+    print(f"schedule ({label}): {schedule.describe()}")
+    print(f"baseline : {base.summary()}")
+    print(f"scheduled: {tuned.summary()}  [{tuned.threads} thread(s), {tuned.runtime}]")
+    if tuned.ok:
+        gain = speedup(base, tuned)
+        print(f"speedup  : {gain:.1f}x" if gain else "speedup  : n/a (baseline failed)")
+        print(f"GFLOP/s  : {tuned.gflops:.2f}" if tuned.gflops else "GFLOP/s  : n/a")
+    print(f"verified : {tuned.verified} (max error {tuned.max_error}, tolerance {tuned.tolerance})")
+    print(
+        f"one measurement took {tuned.wall_s:.2f} s (compile {sum(tuned.compile_s.values()):.2f} s)"
+    )
+    return 0 if tuned.ok else 1
+
+
+def cmd_demo(args) -> int:
+    out_dir = Path(args.out or f"runs/demo-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    programs = [load_program(p) for p in args.programs] if args.programs else demo_programs()
+    rows, records = [], []
+    started = time.perf_counter()
+    print(f"measuring {len(programs)} programs, unscheduled and with the heuristic schedule")
+    with _runner(args) as runner:
+        for index, program in enumerate(programs, 1):
+            schedule = heuristic_schedule(program)
+            base = runner.measure(program, None, method=TimingMethod(seed=args.seed))
+            tuned = runner.measure(
+                program,
+                schedule,
+                threads=args.threads,
+                runtime=args.runtime,
+                method=TimingMethod(seed=args.seed),
+            )
+            rows.append(_measurement_row(program, base, tuned))
+            records.append(
+                {
+                    "program": program.name,
+                    "schedule": schedule.to_json(),
+                    "baseline": base.to_json(),
+                    "scheduled": tuned.to_json(),
+                }
+            )
+            elapsed = time.perf_counter() - started
+            eta = elapsed / index * (len(programs) - index)
+            print(
+                f"  [{index}/{len(programs)}] {program.name}: {tuned.summary()}"
+                f"  ({elapsed:.0f} s elapsed, ~{eta:.0f} s left)",
+                flush=True,
+            )
+    table = format_table(rows)
+    print()
+    print(table)
+    (out_dir / "results.json").write_text(json.dumps(records, indent=1))
+    (out_dir / "results.md").write_text(
+        f"# Demo: unscheduled vs heuristic schedule\n\ncommand: `mlirrl-jax {' '.join(sys.argv[1:])}`\n\n"
+        + table
+        + "\n"
+    )
+    plot = save_speedup_plot(rows, out_dir / "speedup.png")
+    print(f"\nresults: {out_dir}/results.md, results.json" + (f", {plot.name}" if plot else ""))
+    return 0 if all(r["verified"] for r in rows) else 1
+
+
+def cmd_suite(args) -> int:
+    from mlirrl_jax.programs import suites
+
+    entries = suites.suite(args.name)
+    if args.split:
+        entries = [e for e in entries if e.split == args.split]
+    if args.kind:
+        entries = [e for e in entries if e.kind == args.kind]
+    for e in entries:
+        print(f"{e.uri}\t{e.kind}\t{e.model}\t{e.split}\t{e.flops / 1e6:.1f} MFLOP")
+    print(f"{len(entries)} programs", file=sys.stderr)
+    return 0
+
+
+def cmd_show(args) -> int:
+    program = load_program(args.program)
+    print(program.describe())
+    if args.schedule or args.heuristic:
+        schedule = Schedule.load(args.schedule) if args.schedule else heuristic_schedule(program)
+        print(f"\nschedule: {schedule.describe()}\n")
+        print(transform_script(program, schedule))
+    if args.mlir:
+        print(program.mlir)
+    return 0
+
+
+def _add_measure_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--threads", type=int, default=1, help="threads for the scheduled kernel")
+    parser.add_argument(
+        "--runtime",
+        default="auto",
+        choices=["auto", "async", "openmp"],
+        help="parallel runtime when --threads > 1 (auto: OpenMP if installed)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        help="seconds one measurement may take before its worker is killed",
+    )
+    parser.add_argument(
+        "--mem-limit",
+        type=int,
+        default=DEFAULT_MEM_LIMIT_MB,
+        help="worker address-space limit in MiB",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mlirrl-jax", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("measure", help="measure a program unscheduled and with a schedule")
+    p.add_argument("program", help="suite:// URI, .mlir file")
+    p.add_argument("--schedule", help="schedule JSON file (default: the heuristic schedule)")
+    p.add_argument("--json", action="store_true", help="print both measurements as JSON")
+    _add_measure_options(p)
+    p.set_defaults(func=cmd_measure)
+
+    p = sub.add_parser("demo", help="the main job: built-in programs, unscheduled vs scheduled")
+    p.add_argument("programs", nargs="*", help="programs (default: a built-in selection)")
+    p.add_argument("--out", help="output folder (default: runs/demo-<time>)")
+    _add_measure_options(p)
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("suite", help="list a built-in suite's programs")
+    p.add_argument("--name", default="dl-v0")
+    p.add_argument("--split", choices=["train", "test"])
+    p.add_argument("--kind")
+    p.set_defaults(func=cmd_suite)
+
+    p = sub.add_parser("show", help="describe a program; print a schedule's transform script")
+    p.add_argument("program")
+    p.add_argument("--schedule", help="schedule JSON file")
+    p.add_argument("--heuristic", action="store_true", help="show the heuristic schedule")
+    p.add_argument("--mlir", action="store_true", help="print the normalized kernel")
+    p.set_defaults(func=cmd_show)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ProgramError, ScheduleError, KeyError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

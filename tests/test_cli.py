@@ -1,0 +1,70 @@
+"""The command line, run as a user would run it."""
+
+import json
+import subprocess
+import sys
+
+from mlirrl_jax.cli import main
+from tests.conftest import MATMUL
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "mlirrl_jax.cli", *args], capture_output=True, text=True, timeout=300
+    )
+
+
+def test_measure_a_file_with_a_schedule(tmp_path):
+    program = tmp_path / "mm.mlir"
+    program.write_text(MATMUL)
+    schedule = tmp_path / "s.json"
+    schedule.write_text(
+        json.dumps(
+            {
+                "ops": [
+                    {
+                        "op": 1,
+                        "transforms": [
+                            {"kind": "tile", "sizes": [8, 32, 1]},
+                            {"kind": "vectorize"},
+                        ],
+                    }
+                ]
+            }
+        )
+    )
+    result = run_cli("measure", str(program), "--schedule", str(schedule))
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "baseline :" in out and "speedup  :" in out and "GFLOP/s  :" in out
+    assert "verified : True" in out
+
+
+def test_measure_json_and_threads():
+    result = run_cli("measure", "suite://dl-v0/relu_1x56x56x64", "--threads", "2", "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["scheduled"]["status"] == "ok" and data["scheduled"]["threads"] == 2
+    assert data["baseline"]["verified"]
+
+
+def test_bad_inputs_give_clear_errors(tmp_path, capsys):
+    assert main(["measure", str(tmp_path / "missing.mlir")]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert main(["measure", "suite://dl-v0/matmul_m256_n256_k99"]) == 2
+    assert "suite://dl-v0/matmul_m256_n256_k99" in capsys.readouterr().err
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    program = tmp_path / "mm.mlir"
+    program.write_text(MATMUL)
+    assert main(["measure", str(program), "--schedule", str(bad)]) == 2
+    assert "not valid JSON" in capsys.readouterr().err
+
+
+def test_demo_writes_table_and_plot(tmp_path):
+    result = run_cli("demo", "suite://dl-v0/relu_1x56x56x64", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert "| program |" in result.stdout
+    assert (tmp_path / "results.md").exists() and (tmp_path / "speedup.png").exists()
+    records = json.loads((tmp_path / "results.json").read_text())
+    assert records[0]["scheduled"]["verified"]
