@@ -143,14 +143,8 @@ class _Builder:
         return forall
 
     def fuse_producers(self, op: LinalgOp, forall: str) -> None:
-        """Fuse the op's producer closure into its forall, nearest producers first."""
-        pending = list(self.program.producers(op.id))
-        seen = set()
-        while pending:
-            producer_id = pending.pop(0)
-            if producer_id in seen:
-                continue
-            seen.add(producer_id)
+        """Fuse the op's fusable producers (transitively) into its forall, nearest first."""
+        for producer_id in self.program.fusion_closure(op.id):
             state = self.states[producer_id]
             fused, grown = self.fresh("fused"), self.fresh("forall")
             self.emit(
@@ -160,7 +154,6 @@ class _Builder:
             forall = grown
             state.handle = fused
             state.in_forall = True
-            pending += self.program.producers(producer_id)
 
     def interchange(self, op: LinalgOp, state: _OpState, permutation: tuple[int, ...]) -> None:
         if sorted(permutation) != sorted(state.order):

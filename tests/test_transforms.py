@@ -130,3 +130,14 @@ def test_fusion_moves_the_producers_into_the_loop(programs):
 
     script = transform_script(programs["matmul_bias_relu"], fused(programs["matmul_bias_relu"]))
     assert script.count("fuse_into_containing_op") == 2  # the matmul, then its fill
+
+
+def test_long_vectorized_loop_nest_does_not_grow_the_stack(runner):
+    # 110 x 55 x 3 x 3 iterations of n-D vector transfers: before transfers were unrolled in
+    # the lowering, each iteration took stack space and the kernel crashed
+    program = parse_program(g.render(g.DepthwiseSpec(1, 112, 112, 16, 3)), "depthwise_large")
+    schedule = Schedule.of(
+        {1: [Transform(TILE, (1, 1, 2, 16, 1, 1)), Transform(DECOMPOSE), Transform(VECTORIZE)]}
+    )
+    m = runner.measure(program, schedule, method=QUICK)
+    assert m.status == "ok" and m.verified, m.error

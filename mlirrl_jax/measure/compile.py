@@ -73,7 +73,9 @@ def lowering_pipeline(threads: int, runtime_name: str) -> str:
     passes = list(_BUFFERIZE)
     passes += [
         "func.func(convert-linalg-to-loops)",
-        "convert-vector-to-scf",
+        # unrolled: otherwise n-D transfers go through a stack buffer allocated inside the
+        # loop nest, and long loops overflow the stack (seen as segfaults)
+        "convert-vector-to-scf{full-unroll=true}",
         "expand-strided-metadata",
         "lower-affine",
     ]

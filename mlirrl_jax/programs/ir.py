@@ -158,6 +158,49 @@ class Program:
     def flops(self) -> int:
         return sum(op.flops for op in self.ops)
 
+    def fusion_loop_map(self, op_id: int) -> list[int] | None:
+        """If `op_id` can be fused into its consumer's tiled loop: per op loop, the consumer loop
+        that tiles it (-1: not tiled by the consumer); else None.
+
+        Fusable means one consumer, a result not returned from the kernel, each output dimension
+        indexed by one loop, and the consumer reading it through a projected permutation of its
+        parallel loops (so a consumer tile maps to a producer tile of the same sizes).
+        """
+        consumers = self.consumers(op_id)
+        if len(consumers) != 1 or any(r == ("op", (op_id, 0)) for r in self.returns):
+            return None
+        producer, consumer = self.ops[op_id], self.ops[consumers[0]]
+        if len(producer.outputs) != 1:
+            return None
+        reads = [i for p, c, i in self.edges if p == op_id and c == consumer.id]
+        loop_map = [-1] * producer.n_loops
+        for index in reads:
+            operand = consumer.operands[index]
+            if any(operand.offset):
+                return None
+            for row, out_row in zip(operand.access, producer.outputs[0].access):
+                mine = [j for j, c in enumerate(out_row) if c]
+                theirs = [j for j, c in enumerate(row) if c]
+                if len(mine) != 1 or len(theirs) != 1 or row[theirs[0]] != 1:
+                    return None
+                if consumer.loops[theirs[0]].iterator != "parallel":
+                    return None
+                if loop_map[mine[0]] not in (-1, theirs[0]):
+                    return None
+                loop_map[mine[0]] = theirs[0]
+        return loop_map
+
+    def fusion_closure(self, op_id: int) -> list[int]:
+        """The producers a tiled fusion of `op_id` pulls into its loop, nearest first."""
+        closure, frontier = [], [op_id]
+        while frontier:
+            current = frontier.pop(0)
+            for producer in self.producers(current):
+                if self.fusion_loop_map(producer) is not None and producer not in closure:
+                    closure.append(producer)
+                    frontier.append(producer)
+        return closure
+
     def describe(self) -> str:
         """A short human-readable summary, one line per op."""
         lines = [f"program {self.name} ({self.hash[:12]}): {len(self.ops)} ops"]

@@ -1,0 +1,71 @@
+"""The action space: a transformation-kind head, per-loop tile-size heads and a level pointer.
+
+An episode walks a program's ops consumer-first. For the current op an action picks a kind;
+tiling kinds also read one tile-size choice per loop, and interchange reads the level pointer:
+the permutation is built one level at a time, each sub-step pointing at a loop not yet placed.
+
+Kinds follow a fixed order within an op (the step grammar), each at most once except tiling
+(two levels): parallel tiling or tiled fusion, interchange, tiling, decomposition,
+vectorization, then the next op. A schedule is therefore a function of what was chosen, not of
+the order it was chosen in, and the same state is reached by any replay of the same choices.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+MAX_OPS = 8  # ops per program the environments accept
+MAX_LOOPS = 8  # loops per op
+N_TILE_CHOICES = 8  # per loop: "no tiling" + up to 7 divisors of the extent
+MAX_TILE_LEVELS = 2
+VECTOR_BUDGET = 4096  # most iteration points a vectorized op may have (bounds compile time)
+
+_REGISTER_FRIENDLY = (1, 8, 16, 32, 64)
+
+# Kind head
+NEXT, TILE_PARALLEL, TILE_FUSE, INTERCHANGE, TILE, DECOMPOSE, VECTORIZE = range(7)
+KIND_NAMES = ("next", "tile_parallel", "tile_fuse", "interchange", "tile", "decompose", "vectorize")
+N_KINDS = len(KIND_NAMES)
+
+# The phase each kind moves an op to; a kind is allowed only from an earlier phase.
+PHASE_OF = {TILE_PARALLEL: 1, TILE_FUSE: 1, INTERCHANGE: 2, TILE: 3, DECOMPOSE: 4, VECTORIZE: 5}
+MAX_STEPS_PER_OP = 1 + (MAX_LOOPS - 1) + MAX_TILE_LEVELS + 1 + 1 + 1
+
+# An action as one int32 vector: [kind, pointer, tile choice per loop]
+ACTION_WIDTH = 2 + MAX_LOOPS
+KIND_INDEX, POINTER_INDEX, TILES_INDEX = 0, 1, 2
+
+
+def tile_candidates(extent: int, n: int = N_TILE_CHOICES) -> list[int]:
+    """Tile sizes a loop offers: 0 ("no tiling"), then proper divisors of the extent.
+
+    Divisors, not powers of two: extents such as 7, 14, 28, 112 or 196 get real choices, and
+    every offered size divides the extent (vectorization needs full tiles). Register-friendly
+    sizes (1, 8, 16, 32, 64) come first; the other slots are spread on a log scale over the
+    remaining divisors. Padded with 0.
+    """
+    divisors = [d for d in range(1, extent) if extent % d == 0]
+    chosen = [d for d in _REGISTER_FRIENDLY if d in divisors]
+    rest = [d for d in divisors if d not in chosen]
+    slots = n - 1 - len(chosen)
+    if len(rest) <= slots:
+        chosen += rest
+    else:
+        low, high = math.log(rest[0]), math.log(rest[-1])
+        for k in range(slots):  # quantiles of the log range, so a few slots land mid-range
+            target = math.exp(low + (high - low) * (k + 0.5) / slots)
+            free = [d for d in rest if d not in chosen]
+            chosen.append(min(free, key=lambda d: abs(math.log(d / target))))
+    chosen.sort()
+    return [0] + chosen + [0] * (n - 1 - len(chosen))
+
+
+def encode_action(kind: int, pointer: int = 0, tiles: tuple[int, ...] = ()) -> np.ndarray:
+    """An action vector from its parts (tile choices are indices into the loop's candidates)."""
+    action = np.zeros(ACTION_WIDTH, np.int32)
+    action[KIND_INDEX] = kind
+    action[POINTER_INDEX] = pointer
+    action[TILES_INDEX : TILES_INDEX + len(tiles)] = tiles
+    return action

@@ -1,0 +1,233 @@
+"""Actions <-> Schedule on the host, and a Python replay of the environment's state.
+
+`replay(program, actions)` applies an episode's actions with plain Python and NumPy,
+independently of the JAX `step`, and returns the Schedule for the real pipeline together with
+the state it describes; tests check that it equals the state the jitted environment reached.
+`schedule_to_actions` goes the other way, for stored schedules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mlirrl_jax.actions import (
+    DECOMPOSE,
+    INTERCHANGE,
+    KIND_INDEX,
+    MAX_LOOPS,
+    MAX_OPS,
+    MAX_TILE_LEVELS,
+    NEXT,
+    POINTER_INDEX,
+    TILE,
+    TILE_FUSE,
+    TILE_PARALLEL,
+    TILES_INDEX,
+    VECTORIZE,
+    encode_action,
+    tile_candidates,
+)
+from mlirrl_jax.programs.ir import Program
+from mlirrl_jax.schedule import Schedule, ScheduleError, Transform
+from mlirrl_jax.transform import window_loops
+
+# Fields of EnvState that describe the schedule: a function of the Schedule alone.
+CONTENT_FIELDS = (
+    "extents",
+    "alive",
+    "order",
+    "parallel_sizes",
+    "tile_sizes",
+    "fused_into",
+    "did_fuse",
+    "interchanged",
+    "decomposed",
+    "vectorized",
+)
+# Plus the step grammar's bookkeeping, which also depends on the no-op choices made.
+SCHEDULE_FIELDS = ("cursor", "phase", "n_tiles", *CONTENT_FIELDS)
+
+
+@dataclass
+class HostState:
+    """The schedule-describing fields of EnvState, as NumPy arrays."""
+
+    cursor: int
+    phase: np.ndarray
+    n_tiles: np.ndarray
+    extents: np.ndarray
+    alive: np.ndarray
+    order: np.ndarray
+    parallel_sizes: np.ndarray
+    tile_sizes: np.ndarray
+    fused_into: np.ndarray
+    did_fuse: np.ndarray
+    interchanged: np.ndarray
+    decomposed: np.ndarray
+    vectorized: np.ndarray
+
+    @classmethod
+    def initial(cls, program: Program) -> HostState:
+        extents = np.zeros((MAX_OPS, MAX_LOOPS), np.int32)
+        alive = np.zeros((MAX_OPS, MAX_LOOPS), bool)
+        order = np.full((MAX_OPS, MAX_LOOPS), -1, np.int32)
+        for op in program.ops:
+            extents[op.id, : op.n_loops] = op.extents
+            alive[op.id, : op.n_loops] = True
+            order[op.id, : op.n_loops] = np.arange(op.n_loops)
+        return cls(
+            cursor=len(program.ops) - 1,
+            phase=np.zeros(MAX_OPS, np.int32),
+            n_tiles=np.zeros(MAX_OPS, np.int32),
+            extents=extents,
+            alive=alive,
+            order=order,
+            parallel_sizes=np.zeros((MAX_OPS, MAX_LOOPS), np.int32),
+            tile_sizes=np.zeros((MAX_OPS, MAX_TILE_LEVELS, MAX_LOOPS), np.int32),
+            fused_into=np.full(MAX_OPS, -1, np.int32),
+            did_fuse=np.zeros(MAX_OPS, bool),
+            interchanged=np.zeros(MAX_OPS, bool),
+            decomposed=np.zeros(MAX_OPS, bool),
+            vectorized=np.zeros(MAX_OPS, bool),
+        )
+
+    @classmethod
+    def from_env_state(cls, state) -> HostState:
+        """The schedule fields of one (unbatched) EnvState."""
+        values = {name: np.asarray(getattr(state, name)) for name in SCHEDULE_FIELDS}
+        values["cursor"] = int(values["cursor"])
+        return cls(**values)
+
+    def differences(self, other: HostState, fields: tuple[str, ...] = SCHEDULE_FIELDS) -> list[str]:
+        return [n for n in fields if not np.array_equal(getattr(self, n), getattr(other, n))]
+
+
+def _sizes(program: Program, op_id: int, tiles) -> np.ndarray:
+    sizes = np.zeros(MAX_LOOPS, np.int32)
+    for j, loop in enumerate(program.ops[op_id].loops):
+        sizes[j] = tile_candidates(loop.extent)[int(tiles[j])]
+    return sizes
+
+
+def replay(program: Program, actions) -> tuple[Schedule, HostState]:
+    """Apply applied (legal) actions in Python; the Schedule and the state they reach."""
+    state = HostState.initial(program)
+    ix_order: list[int] = []
+    for action in actions:
+        if state.cursor < 0:
+            break
+        kind, c = int(action[KIND_INDEX]), state.cursor
+        sizes = _sizes(program, c, action[TILES_INDEX:])
+        if kind in (TILE_PARALLEL, TILE_FUSE):
+            state.parallel_sizes[c] = sizes
+            state.extents[c] = np.where(sizes > 0, sizes, state.extents[c])
+            fuse = kind == TILE_FUSE and bool(sizes.any())
+            state.did_fuse[c] = fuse
+            if fuse:
+                for producer in program.fusion_closure(c):
+                    loop_map = program.fusion_loop_map(producer)
+                    consumer = program.consumers(producer)[0]
+                    for j, m in enumerate(loop_map):
+                        if m >= 0:
+                            state.extents[producer, j] = state.extents[consumer, m]
+                    state.fused_into[producer] = c
+            state.phase[c] = 1
+        elif kind == INTERCHANGE:
+            ix_order.append(int(action[POINTER_INDEX]))
+            alive = [j for j in range(MAX_LOOPS) if state.alive[c, j]]
+            if len(ix_order) >= len(alive) - 1:
+                ix_order += [j for j in alive if j not in ix_order]
+                state.order[c] = ix_order + [-1] * (MAX_LOOPS - len(ix_order))
+                state.interchanged[c] = True
+                state.phase[c] = 2
+                ix_order = []
+        elif kind == TILE:
+            state.tile_sizes[c, int(state.tile_sizes[c].any(axis=1).sum())] = sizes
+            state.extents[c] = np.where(sizes > 0, sizes, state.extents[c])
+            state.n_tiles[c] += 1
+            state.phase[c] = 3
+        elif kind == DECOMPOSE:
+            for out_loop, window_loop in window_loops(program.ops[c]):
+                if state.extents[c, out_loop] == 1 and state.extents[c, window_loop] == 1:
+                    break
+            state.alive[c, [out_loop, window_loop]] = False
+            kept = [j for j in state.order[c] if j >= 0 and j not in (out_loop, window_loop)]
+            state.order[c] = kept + [-1] * (MAX_LOOPS - len(kept))
+            state.decomposed[c] = True
+            state.phase[c] = 4
+        elif kind == VECTORIZE:
+            state.vectorized[c] = True
+            state.phase[c] = 5
+        if kind in (NEXT, VECTORIZE):
+            state.cursor -= 1
+    return schedule_of(program, state), state
+
+
+def schedule_of(program: Program, state: HostState) -> Schedule:
+    """The Schedule a state describes: each op's transformations in grammar order."""
+    per_op = []
+    for op in reversed(program.ops):
+        i, n = op.id, op.n_loops
+        steps = []
+        if state.parallel_sizes[i].any():
+            kind = "tile_fuse" if state.did_fuse[i] else "tile_parallel"
+            steps.append(Transform(kind, tuple(int(s) for s in state.parallel_sizes[i, :n])))
+        if state.interchanged[i]:
+            steps.append(
+                Transform(
+                    "interchange", permutation=tuple(int(j) for j in state.order[i] if j >= 0)
+                )
+            )
+        for level in range(MAX_TILE_LEVELS):
+            if state.tile_sizes[i, level].any():
+                steps.append(
+                    Transform("tile", tuple(int(s) for s in state.tile_sizes[i, level, :n]))
+                )
+        if state.decomposed[i]:
+            steps.append(Transform("decompose"))
+        if state.vectorized[i]:
+            steps.append(Transform("vectorize"))
+        if steps:
+            per_op.append((i, steps))
+    return Schedule.of(per_op)
+
+
+def _choices(program: Program, op_id: int, sizes: tuple[int, ...]) -> list[int]:
+    choices = []
+    for loop, size in zip(program.ops[op_id].loops, sizes):
+        offered = tile_candidates(loop.extent)
+        if size and size not in offered[1:]:
+            raise ScheduleError(
+                f"op {op_id}: tile size {size} is not offered for extent {loop.extent}"
+            )
+        choices.append(offered.index(size) if size else 0)
+    return choices
+
+
+def schedule_to_actions(program: Program, schedule: Schedule) -> list[np.ndarray]:
+    """An action sequence that builds `schedule` (grammar order, sizes among the candidates)."""
+    kinds = {
+        "tile_parallel": TILE_PARALLEL,
+        "tile_fuse": TILE_FUSE,
+        "tile": TILE,
+        "decompose": DECOMPOSE,
+        "vectorize": VECTORIZE,
+    }
+    actions = []
+    for op in reversed(program.ops):
+        transforms = schedule.transforms_of(op.id)
+        for t in transforms:
+            if t.kind == "interchange":
+                for loop in t.permutation[:-1]:
+                    actions.append(encode_action(INTERCHANGE, pointer=loop))
+            else:
+                actions.append(
+                    encode_action(
+                        kinds[t.kind], tiles=_choices(program, op.id, t.sizes) if t.sizes else ()
+                    )
+                )
+        if not transforms or transforms[-1].kind != "vectorize":
+            actions.append(encode_action(NEXT))
+    return actions

@@ -1,0 +1,192 @@
+"""Fixed-shape arrays for the JAX environment: the program table and the environment state.
+
+`encode_programs` turns Programs into a `ProgramTable`, one row per program padded to
+MAX_OPS x MAX_LOOPS, so a batch of environments can each run a different program. `EnvState`
+holds one environment's schedule so far; it has no Python objects.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from mlirrl_jax.actions import MAX_LOOPS, MAX_OPS, MAX_TILE_LEVELS, N_TILE_CHOICES, tile_candidates
+from mlirrl_jax.programs.ir import Program
+from mlirrl_jax.transform import window_loops
+
+OP_KINDS = (
+    "fill",
+    "matmul",
+    "batch_matmul",
+    "conv",
+    "depthwise_conv",
+    "pooling",
+    "elementwise",
+    "contraction",
+    "reduction",
+)
+ARITH_KINDS = ("add", "sub", "mul", "div", "exp", "max", "math", "other")
+MAX_OPERANDS = 4
+# access codes per (operand, loop): how a loop walks an operand
+NOT_USED, STRIDED, CONTIGUOUS = 0, 1, 2
+
+
+class EncodingError(ValueError):
+    """A program that does not fit the environment's fixed shapes."""
+
+
+@struct.dataclass
+class ProgramTable:
+    """Programs as padded arrays; the leading axis P indexes programs."""
+
+    n_ops: jax.Array  # (P,) int32
+    op_kind: jax.Array  # (P, MAX_OPS) int32, index into OP_KINDS
+    op_valid: jax.Array  # (P, MAX_OPS) bool
+    extents: jax.Array  # (P, MAX_OPS, MAX_LOOPS) int32, 0 for padding
+    loop_valid: jax.Array  # (P, MAX_OPS, MAX_LOOPS) bool
+    is_reduction: jax.Array  # (P, MAX_OPS, MAX_LOOPS) bool
+    candidates: jax.Array  # (P, MAX_OPS, MAX_LOOPS, N_TILE_CHOICES) int32, 0 = none/padding
+    window_out: jax.Array  # (P, MAX_OPS, 2) int32: output loop of the H and W windows, -1
+    window_in: jax.Array  # (P, MAX_OPS, 2) int32: window loop of the H and W windows, -1
+    fusion_consumer: jax.Array  # (P, MAX_OPS) int32: the op it can fuse into, -1
+    fusion_loop_map: jax.Array  # (P, MAX_OPS, MAX_LOOPS) int32: consumer loop tiling it, -1
+    arith: jax.Array  # (P, MAX_OPS, len(ARITH_KINDS)) float32: body op counts
+    access: jax.Array  # (P, MAX_OPS, MAX_OPERANDS, MAX_LOOPS) int32: NOT_USED/STRIDED/CONTIGUOUS
+    operand_bytes: jax.Array  # (P, MAX_OPS, MAX_OPERANDS) float32
+    operand_is_output: jax.Array  # (P, MAX_OPS, MAX_OPERANDS) bool
+
+    @property
+    def n_programs(self) -> int:
+        return int(self.n_ops.shape[0])
+
+
+_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "f64": 8, "i8": 1, "i16": 2, "i32": 4, "i64": 8}
+
+
+def _encode_one(program: Program) -> dict[str, np.ndarray]:
+    if len(program.ops) > MAX_OPS:
+        raise EncodingError(
+            f"{program.name}: {len(program.ops)} ops, the environment takes {MAX_OPS}"
+        )
+    row = {
+        "n_ops": np.int32(len(program.ops)),
+        "op_kind": np.zeros(MAX_OPS, np.int32),
+        "op_valid": np.zeros(MAX_OPS, bool),
+        "extents": np.zeros((MAX_OPS, MAX_LOOPS), np.int32),
+        "loop_valid": np.zeros((MAX_OPS, MAX_LOOPS), bool),
+        "is_reduction": np.zeros((MAX_OPS, MAX_LOOPS), bool),
+        "candidates": np.zeros((MAX_OPS, MAX_LOOPS, N_TILE_CHOICES), np.int32),
+        "window_out": np.full((MAX_OPS, 2), -1, np.int32),
+        "window_in": np.full((MAX_OPS, 2), -1, np.int32),
+        "fusion_consumer": np.full(MAX_OPS, -1, np.int32),
+        "fusion_loop_map": np.full((MAX_OPS, MAX_LOOPS), -1, np.int32),
+        "arith": np.zeros((MAX_OPS, len(ARITH_KINDS)), np.float32),
+        "access": np.zeros((MAX_OPS, MAX_OPERANDS, MAX_LOOPS), np.int32),
+        "operand_bytes": np.zeros((MAX_OPS, MAX_OPERANDS), np.float32),
+        "operand_is_output": np.zeros((MAX_OPS, MAX_OPERANDS), bool),
+    }
+    for op in program.ops:
+        where = f"{program.name}: op {op.id} ({op.name})"
+        if op.n_loops > MAX_LOOPS:
+            raise EncodingError(f"{where}: {op.n_loops} loops, the environment takes {MAX_LOOPS}")
+        if len(op.operands) > MAX_OPERANDS:
+            raise EncodingError(f"{where}: {len(op.operands)} operands, at most {MAX_OPERANDS}")
+        i = op.id
+        row["op_kind"][i] = OP_KINDS.index(op.kind)
+        row["op_valid"][i] = True
+        for j, loop in enumerate(op.loops):
+            row["extents"][i, j] = loop.extent
+            row["loop_valid"][i, j] = True
+            row["is_reduction"][i, j] = loop.iterator == "reduction"
+            row["candidates"][i, j] = tile_candidates(loop.extent)
+        for w, (out_loop, window_loop) in enumerate(window_loops(op)[:2]):
+            row["window_out"][i, w] = out_loop
+            row["window_in"][i, w] = window_loop
+        loop_map = program.fusion_loop_map(i)
+        if loop_map is not None:
+            row["fusion_consumer"][i] = program.consumers(i)[0]
+            row["fusion_loop_map"][i, : len(loop_map)] = loop_map
+        for name, count in op.arith_counts.items():
+            row["arith"][i, ARITH_KINDS.index(name)] = count
+        for k, operand in enumerate(op.operands):
+            size = int(np.prod(operand.shape)) if operand.shape else 1
+            row["operand_bytes"][i, k] = size * _BYTES.get(operand.element_type, 4)
+            row["operand_is_output"][i, k] = operand.is_output
+            for r, access_row in enumerate(operand.access):
+                innermost = r == len(operand.access) - 1
+                for j, coeff in enumerate(access_row):
+                    if coeff:
+                        code = CONTIGUOUS if innermost and coeff == 1 else STRIDED
+                        row["access"][i, k, j] = max(row["access"][i, k, j], code)
+    return row
+
+
+def encode_programs(programs: list[Program]) -> ProgramTable:
+    """Stack programs into one table (raises EncodingError for a program that does not fit)."""
+    if not programs:
+        raise EncodingError("no programs to encode")
+    rows = [_encode_one(p) for p in programs]
+    return ProgramTable(**{k: jnp.asarray(np.stack([r[k] for r in rows])) for k in rows[0]})
+
+
+@struct.dataclass
+class EnvState:
+    """One environment: which program, which op, and the schedule chosen so far."""
+
+    key: jax.Array  # PRNG key
+    program: jax.Array  # () int32, row of the program table
+    cursor: jax.Array  # () int32, the op being scheduled; -1 when the episode is over
+    steps: jax.Array  # () int32, steps taken in the episode
+    steps_in_op: jax.Array  # () int32
+    phase: jax.Array  # (MAX_OPS,) int32, last grammar phase reached per op
+    n_tiles: jax.Array  # (MAX_OPS,) int32, tiling levels applied
+    extents: jax.Array  # (MAX_OPS, MAX_LOOPS) int32, current (tile) extent per original loop
+    alive: jax.Array  # (MAX_OPS, MAX_LOOPS) bool, loop still exists (decompose removes two)
+    order: jax.Array  # (MAX_OPS, MAX_LOOPS) int32, original loop index at each position, -1
+    parallel_sizes: jax.Array  # (MAX_OPS, MAX_LOOPS) int32, scf.forall tile sizes, 0 = none
+    tile_sizes: jax.Array  # (MAX_OPS, MAX_TILE_LEVELS, MAX_LOOPS) int32, 0 = not tiled
+    fused_into: jax.Array  # (MAX_OPS,) int32, consumer whose loop holds this op, -1
+    did_fuse: jax.Array  # (MAX_OPS,) bool, this op's parallel tiling fused its producers
+    interchanged: jax.Array  # (MAX_OPS,) bool
+    decomposed: jax.Array  # (MAX_OPS,) bool
+    vectorized: jax.Array  # (MAX_OPS,) bool
+    ix_count: jax.Array  # () int32, levels placed by the interchange in progress (0: none)
+    ix_order: jax.Array  # (MAX_LOOPS,) int32, loops placed so far, -1
+    base_log_time: jax.Array  # () float32, predicted log time of the unscheduled program
+    log_time: jax.Array  # () float32, predicted log time of the current schedule
+
+    @property
+    def done(self) -> jax.Array:
+        return self.cursor < 0
+
+
+def initial_state(table: ProgramTable, program: jax.Array, key: jax.Array) -> EnvState:
+    """The state before any action on `program` (predicted times filled in by the env)."""
+    extents = table.extents[program]
+    valid = table.loop_valid[program]
+    positions = jnp.arange(MAX_LOOPS, dtype=jnp.int32)
+    return EnvState(
+        key=key,
+        program=jnp.asarray(program, jnp.int32),
+        cursor=table.n_ops[program] - 1,
+        steps=jnp.int32(0),
+        steps_in_op=jnp.int32(0),
+        phase=jnp.zeros(MAX_OPS, jnp.int32),
+        n_tiles=jnp.zeros(MAX_OPS, jnp.int32),
+        extents=extents,
+        alive=valid,
+        order=jnp.where(valid, positions[None, :], -1),
+        parallel_sizes=jnp.zeros((MAX_OPS, MAX_LOOPS), jnp.int32),
+        tile_sizes=jnp.zeros((MAX_OPS, MAX_TILE_LEVELS, MAX_LOOPS), jnp.int32),
+        fused_into=jnp.full(MAX_OPS, -1, jnp.int32),
+        did_fuse=jnp.zeros(MAX_OPS, bool),
+        interchanged=jnp.zeros(MAX_OPS, bool),
+        decomposed=jnp.zeros(MAX_OPS, bool),
+        vectorized=jnp.zeros(MAX_OPS, bool),
+        ix_count=jnp.int32(0),
+        ix_order=jnp.full(MAX_LOOPS, -1, jnp.int32),
+        base_log_time=jnp.float32(0.0),
+        log_time=jnp.float32(0.0),
+    )
