@@ -76,8 +76,9 @@ def test_replay_reaches_the_jax_state_at_every_step(programs, table):
     for episode in range(30):
         key, sub = jax.random.split(key)
         index = episode % len(programs)
-        states, actions, _ = run_episode(env, table, index, sub,
-                                         lambda s, a: step(table, pool, s, a))
+        states, actions, _ = run_episode(
+            env, table, index, sub, lambda s, a: step(table, pool, s, a)
+        )
         for t in range(1, len(states)):
             _, host = replay(programs[index], actions[:t])
             assert host.differences(HostState.from_env_state(states[t])) == [], (index, t)
@@ -106,16 +107,23 @@ def test_vmap_and_scan_rollout_each_env_its_own_program(table):
     @jax.jit
     def rollout(key):
         states, timesteps = jax.vmap(env.reset, in_axes=(0, None, None))(
-            jax.random.split(key, n_envs), table, pool)
+            jax.random.split(key, n_envs), table, pool
+        )
 
         def body(carry, step_key):
             states, timesteps = carry
-            actions = jax.vmap(sample_action)(jax.random.split(step_key, n_envs),
-                                              timesteps.observation.mask)
+            actions = jax.vmap(sample_action)(
+                jax.random.split(step_key, n_envs), timesteps.observation.mask
+            )
             states, timesteps = jax.vmap(env.step, in_axes=(None, None, 0, 0))(
-                table, pool, states, actions)
-            return (states, timesteps), (timesteps.reward, timesteps.done, states.program,
-                                         timesteps.invalid_action)
+                table, pool, states, actions
+            )
+            return (states, timesteps), (
+                timesteps.reward,
+                timesteps.done,
+                states.program,
+                timesteps.invalid_action,
+            )
 
         _, out = jax.lax.scan(body, (states, timesteps), jax.random.split(key, n_steps))
         return out
@@ -186,3 +194,13 @@ def test_programs_too_large_for_the_table_are_refused():
     big.ops = big.ops * 3
     with pytest.raises(EncodingError, match="ops"):
         encode_programs([big])
+
+
+def test_specs_declare_every_shape(table):
+    env = JaxEnv()
+    spec = env.observation_spec(table)
+    _, timestep = env.reset_to(table, jnp.int32(0), jax.random.PRNGKey(0))
+    actual = jax.tree.map(lambda a: (a.shape, a.dtype), timestep.observation)
+    declared = jax.tree.map(lambda a: (a.shape, a.dtype), spec)
+    assert actual == declared
+    assert env.action_spec()["action"].shape == timestep.applied_action.shape

@@ -279,6 +279,21 @@ class JaxEnv:
             state.cursor,
         )
 
+    def observation_spec(self, table: ProgramTable) -> Observation:
+        """Shapes and dtypes of every observation array (jax.ShapeDtypeStruct leaves)."""
+        state = jax.eval_shape(lambda: initial_state(table, jnp.int32(0), jax.random.PRNGKey(0)))
+        return jax.eval_shape(self.observe, table, state)
+
+    @staticmethod
+    def action_spec() -> dict:
+        """The action vector and the number of choices of each head."""
+        return {
+            "action": jax.ShapeDtypeStruct((ACTION_WIDTH,), jnp.int32),
+            "kind": N_KINDS,
+            "pointer": MAX_LOOPS,
+            "tiles": (MAX_LOOPS, N_TILE_CHOICES),
+        }
+
     def reset_to(
         self, table: ProgramTable, program: jax.Array, key: jax.Array
     ) -> tuple[EnvState, TimeStep]:
@@ -333,10 +348,12 @@ class JaxEnv:
         return new, timestep
 
 
-def sample_action(key: jax.Array, mask: ActionMask) -> jax.Array:
-    """A uniformly random legal action: kind, then its tile choices and pointer."""
+def sample_action(key: jax.Array, mask: ActionMask, next_weight: float = 1.0) -> jax.Array:
+    """A random legal action: kind, then its tile choices and pointer, uniform over what the
+    masks allow; `next_weight` < 1 makes moving on rarer, for deeper schedules."""
     kind_key, tile_key, pointer_key = jax.random.split(key, 3)
-    kind = jax.random.categorical(kind_key, jnp.where(mask.kind, 0.0, -1e9))
+    kind_logits = jnp.zeros(N_KINDS).at[NEXT].set(jnp.log(next_weight))
+    kind = jax.random.categorical(kind_key, jnp.where(mask.kind, kind_logits, -1e9))
     parallel = (kind == TILE_PARALLEL) | (kind == TILE_FUSE)
     tile_mask = jnp.where(parallel, mask.parallel_tile, mask.tile)
     tiles = jax.random.categorical(tile_key, jnp.where(tile_mask, 0.0, -1e9), axis=-1)

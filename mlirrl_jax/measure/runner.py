@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import resource
 import signal
 import subprocess
 import sys
@@ -30,14 +29,6 @@ DEFAULT_MEM_LIMIT_MB = 4096
 FAULTS = ("crash", "segfault", "hang", "oom", "wrong_output")
 
 
-def _limit_memory(mem_limit_mb: int):
-    def apply():
-        limit = mem_limit_mb * 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-
-    return apply
-
-
 class _Worker:
     """One worker process and the pipes to it."""
 
@@ -51,13 +42,21 @@ class _Worker:
             OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
         )
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "mlirrl_jax.measure.worker", str(to_child_r), str(from_child_w)],
+            # the worker limits its own address space: no Python runs between fork and exec,
+            # which is unsafe in a multithreaded (JAX) parent
+            [
+                sys.executable,
+                "-m",
+                "mlirrl_jax.measure.worker",
+                str(to_child_r),
+                str(from_child_w),
+                str(mem_limit_mb),
+            ],
             pass_fds=(to_child_r, from_child_w),
             stdin=subprocess.DEVNULL,
             stdout=self.log,
             stderr=self.log,
             env=env,
-            preexec_fn=_limit_memory(mem_limit_mb),
             start_new_session=True,
         )
         os.close(to_child_r)

@@ -130,6 +130,8 @@ def measure_request(request: dict) -> dict:
 
 
 def main() -> None:
+    limit = int(sys.argv[3]) * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     receive = Connection(int(sys.argv[1]), writable=False)
     send = Connection(int(sys.argv[2]), readable=False)
     while True:
