@@ -154,6 +154,56 @@ def cmd_show(args) -> int:
     return 0
 
 
+def cmd_collect(args) -> int:
+    from mlirrl_jax.collect import CollectConfig, CollectionJob
+
+    config = CollectConfig(
+        store=Path(args.store),
+        suite=args.suite,
+        split=args.split,
+        budget=args.budget,
+        hours=args.hours,
+        workers=args.workers,
+        threads=args.threads,
+        seed=args.seed,
+        next_weight=args.next_weight,
+        backend=args.backend,
+        address=args.address,
+        timeout_s=args.timeout,
+        mem_limit_mb=args.mem_limit,
+        max_programs=args.max_programs,
+        max_mflops=args.max_mflops,
+        inject_faults=tuple(f for f in (args.inject_faults or "").split(",") if f),
+    )
+    job = CollectionJob(config)
+    print(
+        f"collecting into {job.store.path} on machine {job.machine}: "
+        f"{len(job.programs)} {args.split} programs, {job.stored_for_split()} rows already stored",
+        file=sys.stderr,
+    )
+    report = job.run()
+    print(
+        f"measured {report.measured} in {report.seconds:.0f} s ({report.rate:.2f}/s), "
+        f"{report.new_rows} new rows, {report.failures} failures {report.by_status}; "
+        f"{report.stored_for_split} rows for the {args.split} split"
+    )
+    return 0
+
+
+def cmd_store(args) -> int:
+    from mlirrl_jax.store import MeasurementStore
+
+    with MeasurementStore(args.store) as store:
+        if args.action == "summary":
+            print(json.dumps(store.summary(), indent=1))
+        elif args.action == "export":
+            print(f"exported {store.export_parquet(args.file)} rows to {args.file}")
+        elif args.action == "import":
+            new = store.import_parquet(args.file, allow_other_machines=args.allow_other_machines)
+            print(f"imported {new} new rows from {args.file}")
+    return 0
+
+
 def _add_measure_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=1, help="threads for the scheduled kernel")
     parser.add_argument(
@@ -193,6 +243,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="output folder (default: runs/demo-<time>)")
     _add_measure_options(p)
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("collect", help="measure sampled schedules into the measurement store")
+    p.add_argument("--store", default="data/measurements.db")
+    p.add_argument("--suite", default="dl-v0")
+    p.add_argument("--split", default="train", choices=["train", "test"])
+    limit = p.add_mutually_exclusive_group(required=True)
+    limit.add_argument("--budget", type=int, help="stop at this many stored rows for the split")
+    limit.add_argument("--hours", type=float, help="stop after this many hours")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument(
+        "--next-weight",
+        type=float,
+        default=0.25,
+        help="probability weight of moving to the next op (1: uniform sampling)",
+    )
+    p.add_argument("--backend", default="local", choices=["local", "ray"])
+    p.add_argument("--address", help="Ray cluster address, e.g. 127.0.0.1:6379")
+    p.add_argument("--max-programs", type=int, help="only the first N programs of the split")
+    p.add_argument("--max-mflops", type=float, help="only programs of at most this many MFLOP")
+    p.add_argument("--inject-faults", help=argparse.SUPPRESS)  # testing: crash,hang,wrong_output
+    _add_measure_options(p)
+    p.set_defaults(func=cmd_collect)
+
+    p = sub.add_parser("store", help="summarize, export or import a measurement store")
+    p.add_argument("action", choices=["summary", "export", "import"])
+    p.add_argument("file", nargs="?", help="Parquet file (export/import)")
+    p.add_argument("--store", default="data/measurements.db")
+    p.add_argument("--allow-other-machines", action="store_true")
+    p.set_defaults(func=cmd_store)
 
     p = sub.add_parser("suite", help="list a built-in suite's programs")
     p.add_argument("--name", default="dl-v0")

@@ -10,15 +10,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from mlirrl_jax.env.jax_env import JaxEnv, sample_action
-from mlirrl_jax.env.replay import replay
 from mlirrl_jax.env.state import ProgramTable
 from mlirrl_jax.measure.runner import Runner
 from mlirrl_jax.measure.timing import Measurement, TimingMethod
 from mlirrl_jax.programs.ir import Program
+from mlirrl_jax.sampler import EpisodeSampler, random_policy
 from mlirrl_jax.schedule import Schedule
 
 # one verified run and one timed run: the fuzz checks legality, it does not benchmark
@@ -33,27 +31,6 @@ class FuzzResult:
     measurement: Measurement
 
 
-def random_episodes(
-    programs: list[Program], table: ProgramTable, n: int, seed: int, next_weight: float = 1.0
-) -> Iterator[tuple[int, list[np.ndarray]]]:
-    """(program index, applied actions) of `n` random masked episodes (see `sample_action`)."""
-    env = JaxEnv(auto_reset=False)
-    pool = jnp.arange(len(programs))
-    step = jax.jit(env.step)
-    reset = jax.jit(env.reset)
-    draw = jax.jit(lambda k, m: sample_action(k, m, next_weight))
-    key = jax.random.PRNGKey(seed)
-    for _ in range(n):
-        key, reset_key = jax.random.split(key)
-        state, timestep = reset(reset_key, table, pool)
-        actions = []
-        while not bool(state.done):
-            key, sub = jax.random.split(key)
-            state, timestep = step(table, pool, state, draw(sub, timestep.observation.mask))
-            actions.append(np.asarray(timestep.applied_action))
-        yield int(state.program), actions
-
-
 def fuzz(
     programs: list[Program],
     table: ProgramTable,
@@ -62,9 +39,14 @@ def fuzz(
     runner: Runner,
     next_weight: float = 1.0,
 ) -> Iterator[FuzzResult]:
-    """Measure the schedules of `n` random masked episodes."""
-    for index, actions in random_episodes(programs, table, n, seed, next_weight):
-        schedule, _ = replay(programs[index], actions)
+    """Measure the schedules of `n` random masked episodes on randomly drawn programs."""
+    sampler = EpisodeSampler(programs, random_policy(next_weight), table)
+    rng = np.random.default_rng(seed)
+    key = jax.random.PRNGKey(seed)
+    for _ in range(n):
+        key, sub = jax.random.split(key)
+        index = int(rng.integers(len(programs)))
+        schedule, actions = sampler.schedule(index, sub)
         measurement = runner.measure(programs[index], schedule, method=FUZZ_METHOD)
         yield FuzzResult(programs[index].name, schedule, actions, measurement)
 

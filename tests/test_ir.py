@@ -101,3 +101,10 @@ def test_missing_file_and_unknown_source(tmp_path):
         load_program(tmp_path / "absent.mlir")
     with pytest.raises(ProgramError, match="cannot read program"):
         load_program("not a program")
+
+
+def test_normalized_kernel_parses_back_to_the_same_program(mm_bias_relu):
+    again = parse_program(mm_bias_relu.mlir, "again")
+    assert again.hash == mm_bias_relu.hash
+    assert again.inputs == mm_bias_relu.inputs and again.outputs == mm_bias_relu.outputs
+    assert again.edges == mm_bias_relu.edges and again.returns == mm_bias_relu.returns

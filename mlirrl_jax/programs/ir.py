@@ -245,8 +245,12 @@ def parse_program(text: str, name: str = "program") -> Program:
     with ir.Context(), ir.Location.unknown():
         module = _parse_module(text, name)
         func = _the_function(module, name)
-        inputs, outputs = _signature(func, name)
-        kernel = _wrap_as_kernel(module, func, inputs, outputs, name)
+        if _is_kernel(func):  # already normalized (e.g. a Program's own `mlir`)
+            kernel = module
+            inputs, outputs = _kernel_signature(func, name)
+        else:
+            inputs, outputs = _signature(func, name)
+            kernel = _wrap_as_kernel(module, func, inputs, outputs, name)
         ops = _tag_and_collect(kernel, name)
         normalized = str(kernel)
         generic = ir.Module.parse(normalized)
@@ -307,6 +311,23 @@ def _signature(func, name: str) -> tuple[list[TensorType], list[TensorType]]:
     outputs = [_tensor_type(t, f"result {i}", name) for i, t in enumerate(ftype.results)]
     if not outputs:
         raise ProgramError(f"{name}: the function returns nothing")
+    return inputs, outputs
+
+
+def _is_kernel(func) -> bool:
+    ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
+    named = ir.StringAttr(func.attributes["sym_name"]).value == KERNEL_NAME
+    return named and not ftype.results and all(isinstance(t, ir.MemRefType) for t in ftype.inputs)
+
+
+def _kernel_signature(func, name: str) -> tuple[list[TensorType], list[TensorType]]:
+    """Inputs (read through to_tensor) and outputs (written by materialize) of a kernel."""
+    inputs, outputs = [], []
+    for op in _top_level_ops(func):
+        if op.operation.name == "bufferization.to_tensor":
+            inputs.append(_tensor_type(op.result.type, "kernel input", name))
+        elif op.operation.name == "bufferization.materialize_in_destination":
+            outputs.append(_tensor_type(op.operands[0].type, "kernel output", name))
     return inputs, outputs
 
 

@@ -1,0 +1,297 @@
+"""The data-collection job: sample schedules, measure them for real, keep them in the store.
+
+Work is spread round-robin over the suite's programs; each program's baseline (the empty
+schedule) comes first, and the baselines of the held-out split are measured too. Schedules the
+store already has are skipped, so rerunning the same command resumes the job: the episodes are
+drawn from a fixed seed and fast-forward past what is stored. Measurements run in local worker
+processes (threads each driving a `Runner`) or on a Ray cluster; results are committed in small
+transactions.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import time
+from collections.abc import Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jax
+import numpy as np
+from tqdm import tqdm
+
+from mlirrl_jax.measure.fingerprint import machine_fingerprint
+from mlirrl_jax.measure.runner import DEFAULT_MEM_LIMIT_MB, FAULTS, Runner
+from mlirrl_jax.measure.timing import Measurement, TimingMethod
+from mlirrl_jax.programs import suites
+from mlirrl_jax.programs.ir import Program, load_program
+from mlirrl_jax.sampler import EpisodeSampler, random_policy
+from mlirrl_jax.schedule import Schedule
+from mlirrl_jax.store import MeasurementStore
+
+COMMIT_EVERY_S = 2.0
+
+
+@dataclass
+class CollectConfig:
+    """What one collection job measures, and how."""
+
+    store: Path = Path("data/measurements.db")  # the SQLite measurement store
+    suite: str = "dl-v0"  # built-in suite to sample programs from
+    split: str = "train"  # split whose programs get sampled schedules
+    budget: int | None = None  # stop when the store holds this many rows for the split here
+    hours: float | None = None  # or stop after this long
+    workers: int = 2  # measurements in flight at once
+    threads: int = 1  # threads per measured kernel
+    seed: int = 0  # fixes the sampled episodes (a rerun resumes the same sequence)
+    next_weight: float = 0.25  # <1: deeper schedules than uniform sampling
+    uniform_share: float = 0.3  # share of episodes drawn uniformly (next_weight = 1)
+    baselines_of: tuple[str, ...] = ("train", "test")  # splits whose baselines are measured
+    backend: str = "local"  # "local" worker processes or "ray"
+    address: str | None = None  # Ray cluster address (backend "ray")
+    timeout_s: float = 60.0
+    mem_limit_mb: int = DEFAULT_MEM_LIMIT_MB
+    method: TimingMethod = field(default_factory=TimingMethod)
+    max_programs: int | None = None  # only the first N programs of the split (tests, demos)
+    max_mflops: float | None = None  # only programs of at most this many MFLOP
+    inject_faults: tuple[str, ...] = ()  # testing only: faults for the first sampled tasks
+    progress: bool = True
+
+
+@dataclass
+class Task:
+    program: Program
+    schedule: Schedule
+    fault: str | None = None
+
+
+@dataclass
+class CollectReport:
+    measured: int = 0
+    new_rows: int = 0
+    failures: int = 0
+    stored_for_split: int = 0
+    seconds: float = 0.0
+    by_status: dict = field(default_factory=dict)
+
+    @property
+    def rate(self) -> float:
+        return self.measured / self.seconds if self.seconds else 0.0
+
+
+def _programs(config: CollectConfig, split: str) -> list[Program]:
+    entries = suites.split(config.suite, split)
+    if config.max_mflops is not None:
+        entries = [e for e in entries if e.flops <= config.max_mflops * 1e6]
+    if config.max_programs:
+        entries = entries[: config.max_programs]
+    return [load_program(e.uri) for e in entries]
+
+
+class _LocalBackend:
+    """Threads, each driving its own measurement worker process."""
+
+    def __init__(self, config: CollectConfig):
+        self.runners: queue.Queue[Runner] = queue.Queue()
+        for _ in range(config.workers):
+            self.runners.put(Runner(config.timeout_s, config.mem_limit_mb))
+        self.pool = ThreadPoolExecutor(config.workers)
+        self.config = config
+
+    def submit(self, task: Task) -> Future:
+        return self.pool.submit(self._measure, task)
+
+    def _measure(self, task: Task) -> Measurement:
+        runner = self.runners.get()
+        try:
+            return runner.measure(
+                task.program,
+                task.schedule,
+                threads=self.config.threads,
+                method=self.config.method,
+                inject_fault=task.fault,
+            )
+        finally:
+            self.runners.put(runner)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        while not self.runners.empty():
+            self.runners.get().close()
+
+
+def _ray_backend(config: CollectConfig):
+    try:
+        import ray
+    except ImportError:
+        raise RuntimeError("the ray backend needs Ray: pip install 'mlirrl-jax[cluster]'") from None
+
+    @ray.remote(num_cpus=1)
+    class MeasureActor:
+        def __init__(self, timeout_s: float, mem_limit_mb: int):
+            self.runner = Runner(timeout_s, mem_limit_mb)
+
+        def measure(self, program, schedule, threads, method, fault):
+            return self.runner.measure(
+                program, schedule, threads=threads, method=method, inject_fault=fault
+            )
+
+    class RayBackend:
+        def __init__(self):
+            ray.init(address=config.address, ignore_reinit_error=True, log_to_driver=False)
+            self.actors: queue.Queue = queue.Queue()
+            for _ in range(config.workers):
+                self.actors.put(MeasureActor.remote(config.timeout_s, config.mem_limit_mb))
+            self.pool = ThreadPoolExecutor(config.workers)
+
+        def submit(self, task: Task) -> Future:
+            return self.pool.submit(self._measure, task)
+
+        def _measure(self, task: Task) -> Measurement:
+            actor = self.actors.get()
+            try:
+                return ray.get(
+                    actor.measure.remote(
+                        task.program, task.schedule, config.threads, config.method, task.fault
+                    )
+                )
+            finally:
+                self.actors.put(actor)
+
+        def close(self):
+            self.pool.shutdown(wait=True, cancel_futures=True)
+            ray.shutdown()
+
+    return RayBackend()
+
+
+class CollectionJob:
+    """Measures sampled schedules until the budget or the time is spent."""
+
+    def __init__(self, config: CollectConfig):
+        if config.budget is None and config.hours is None:
+            raise ValueError("give a budget (measurements) or hours")
+        unknown = set(config.inject_faults) - set(FAULTS)
+        if unknown:
+            raise ValueError(f"unknown faults {sorted(unknown)}; known: {FAULTS}")
+        self.config = config
+        self.machine = machine_fingerprint()["machine_id"]
+        self.store = MeasurementStore(config.store)
+        self.programs = _programs(config, config.split)
+        self.baseline_programs = list(self.programs)
+        for split in config.baselines_of:
+            if split != config.split:
+                self.baseline_programs += _programs(config, split)
+        self.store.add_programs(self.baseline_programs)
+        self._known = {
+            p.hash: self.store.schedule_hashes(p.hash, self.machine, config.threads)
+            for p in self.baseline_programs
+        }
+
+    def stored_for_split(self) -> int:
+        return sum(len(self._known[p.hash]) for p in self.programs)
+
+    def tasks(self) -> Iterator[Task]:
+        """Baselines first, then sampled schedules round-robin over the programs."""
+        faults = list(self.config.inject_faults)
+        for program in self.baseline_programs:
+            if Schedule().hash not in self._known[program.hash]:
+                yield Task(program, Schedule())
+        deep = EpisodeSampler(self.programs, random_policy(self.config.next_weight))
+        uniform = EpisodeSampler(self.programs, random_policy(1.0), deep.table)
+        rng = np.random.default_rng(self.config.seed)
+        key = jax.random.PRNGKey(self.config.seed)
+        order = rng.permutation(len(self.programs))
+        misses = 0
+        for round_index in itertools.count():
+            for index in order:
+                key, sub = jax.random.split(key)
+                sampler = uniform if rng.random() < self.config.uniform_share else deep
+                schedule, _ = sampler.schedule(int(index), sub)
+                known = self._known[self.programs[index].hash]
+                if schedule.hash in known:
+                    misses += 1
+                    continue
+                known.add(schedule.hash)  # in flight: not drawn twice
+                misses = 0
+                yield Task(self.programs[index], schedule, faults.pop(0) if faults else None)
+            if misses > 50 * len(self.programs):  # the space is exhausted for this sampler
+                return
+
+    def run(self) -> CollectReport:
+        config = self.config
+        report = CollectReport()
+        start = time.monotonic()
+        deadline = start + config.hours * 3600 if config.hours else None
+        target = config.budget
+        baselines = sum(
+            Schedule().hash not in self._known[p.hash]
+            for p in self.baseline_programs
+            if p not in self.programs
+        )
+        remaining = max(0, target - self.stored_for_split()) + baselines if target else None
+        bar = tqdm(
+            total=remaining,
+            unit="meas",
+            disable=not config.progress,
+            dynamic_ncols=True,
+            smoothing=0.05,
+            mininterval=1.0,
+        )
+        backend = _ray_backend(config) if config.backend == "ray" else _LocalBackend(config)
+        pending: dict[Future, Task] = {}
+        buffer: list[Measurement] = []
+        last_commit = time.monotonic()
+        tasks = self.tasks()
+
+        def done() -> bool:
+            if deadline and time.monotonic() >= deadline:
+                return True
+            return target is not None and self.stored_for_split() >= target
+
+        def commit() -> None:
+            nonlocal last_commit
+            if buffer:
+                report.new_rows += self.store.put(buffer)
+                buffer.clear()
+            last_commit = time.monotonic()
+
+        try:
+            exhausted = False
+            while True:
+                # stored_for_split counts what is in flight, so the budget is never overshot
+                while not exhausted and len(pending) < 2 * config.workers and not done():
+                    task = next(tasks, None)
+                    if task is None:
+                        exhausted = True
+                        break
+                    pending[backend.submit(task)] = task
+                if not pending:
+                    break
+                finished, _ = wait(list(pending), timeout=1.0, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    pending.pop(future)
+                    measurement = future.result()
+                    buffer.append(measurement)
+                    report.measured += 1
+                    report.by_status[measurement.status] = (
+                        report.by_status.get(measurement.status, 0) + 1
+                    )
+                    if not measurement.ok:
+                        report.failures += 1
+                    bar.update(1)
+                    bar.set_postfix(failures=report.failures, refresh=False)
+                if time.monotonic() - last_commit >= COMMIT_EVERY_S:
+                    commit()
+                if done() and not pending:
+                    break
+        finally:
+            commit()
+            backend.close()
+            bar.close()
+            report.seconds = time.monotonic() - start
+            report.stored_for_split = self.stored_for_split()
+            self.store.close()
+        return report

@@ -1,0 +1,397 @@
+"""The measurement store: real measurements in one SQLite file (WAL mode), Parquet exchange.
+
+One row per (program, schedule, machine, threads). Measuring the same thing again updates that
+row's statistics and never adds a row. Writes are transactions, so a kill at any moment loses
+at most the measurements in flight. A row is a verified time or a failure with its reason: a
+wrong output never leaves a time behind. Programs are stored with their MLIR, so a dataset is
+self-contained.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+import statistics
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from mlirrl_jax.measure.timing import Measurement
+from mlirrl_jax.programs.ir import Program, parse_program
+
+SCHEMA_VERSION = 1
+MAX_SAMPLES = 16  # per-measurement medians kept per row
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS programs (
+    program_hash TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    mlir TEXT NOT NULL,
+    flops INTEGER NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS measurements (
+    id INTEGER PRIMARY KEY,
+    program_hash TEXT NOT NULL REFERENCES programs(program_hash),
+    program_name TEXT NOT NULL,
+    schedule_hash TEXT NOT NULL,
+    schedule TEXT NOT NULL,
+    machine_id TEXT NOT NULL,
+    toolchain_id TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    threads INTEGER NOT NULL,
+    runtime TEXT NOT NULL,
+    method TEXT NOT NULL,
+    status TEXT NOT NULL,
+    verified INTEGER NOT NULL,
+    median_s REAL,
+    min_s REAL,
+    spread REAL,
+    samples TEXT NOT NULL,
+    n_measured INTEGER NOT NULL,
+    n_failed INTEGER NOT NULL,
+    max_error REAL,
+    error TEXT,
+    compile_s REAL,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    UNIQUE (program_hash, schedule_hash, machine_id, threads)
+);
+CREATE INDEX IF NOT EXISTS measurements_program ON measurements (program_hash, machine_id);
+"""
+
+COLUMNS = (
+    "program_hash",
+    "program_name",
+    "schedule_hash",
+    "schedule",
+    "machine_id",
+    "toolchain_id",
+    "fingerprint",
+    "threads",
+    "runtime",
+    "method",
+    "status",
+    "verified",
+    "median_s",
+    "min_s",
+    "spread",
+    "samples",
+    "n_measured",
+    "n_failed",
+    "max_error",
+    "error",
+    "compile_s",
+    "created_at",
+    "updated_at",
+)
+
+
+class StoreError(ValueError):
+    """A store operation that would lose or mix data."""
+
+
+class MeasurementStore:
+    """Measurements of one or more machines in an SQLite file."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path).resolve()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
+        self._db.row_factory = sqlite3.Row
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(
+            "PRAGMA synchronous=NORMAL"
+        )  # WAL + NORMAL: a killed process loses nothing committed
+        self._db.execute("PRAGMA foreign_keys=ON")
+        self._db.executescript(_SCHEMA)
+        version = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        if version is None:
+            self._db.execute(
+                "INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+            )
+        elif int(version[0]) != SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path}: schema version {version[0]}, this code reads {SCHEMA_VERSION}"
+            )
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> MeasurementStore:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- writing
+    def add_programs(self, programs: Iterable[Program]) -> None:
+        with self._transaction():
+            self._db.executemany(
+                "INSERT OR IGNORE INTO programs VALUES (?, ?, ?, ?, ?)",
+                [(p.hash, p.name, p.mlir, p.flops, time.time()) for p in programs],
+            )
+
+    def put(self, measurements: Iterable[Measurement]) -> int:
+        """Store measurements in one transaction; returns how many rows were new."""
+        new = 0
+        with self._transaction():
+            for m in measurements:
+                new += self._upsert(m)
+        return new
+
+    def _upsert(self, m: Measurement) -> int:
+        if not self._db.execute(
+            "SELECT 1 FROM programs WHERE program_hash=?", (m.program_hash,)
+        ).fetchone():
+            raise StoreError(
+                f"program {m.program} ({m.program_hash[:12]}) is not in the store; add_programs first"
+            )
+        machine = m.fingerprint["machine"]["machine_id"]
+        key = (m.program_hash, m.schedule_hash, machine, m.threads)
+        old = self._db.execute(
+            "SELECT * FROM measurements WHERE program_hash=? AND schedule_hash=? AND machine_id=? AND threads=?",
+            key,
+        ).fetchone()
+        row = _row_of(m)
+        if old is None:
+            self._db.execute(
+                f"INSERT INTO measurements ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
+                [row[c] for c in COLUMNS],
+            )
+            return 1
+        merged = _merge(dict(old), row)
+        self._db.execute(
+            f"UPDATE measurements SET {', '.join(f'{c}=?' for c in COLUMNS)} WHERE id=?",
+            [merged[c] for c in COLUMNS] + [old["id"]],
+        )
+        return 0
+
+    @contextlib.contextmanager
+    def _transaction(self):
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    # -- reading
+    def get(
+        self, program_hash: str, schedule_hash: str, machine_id: str, threads: int = 1
+    ) -> dict | None:
+        row = self._db.execute(
+            "SELECT * FROM measurements WHERE program_hash=? AND schedule_hash=? AND machine_id=? AND threads=?",
+            (program_hash, schedule_hash, machine_id, threads),
+        ).fetchone()
+        return _decoded(row) if row else None
+
+    def rows(
+        self,
+        machine_id: str | None = None,
+        status: str | None = None,
+        program_hash: str | None = None,
+    ) -> Iterator[dict]:
+        """Measurement rows, optionally filtered; JSON columns decoded."""
+        clauses, args = [], []
+        for column, value in (
+            ("machine_id", machine_id),
+            ("status", status),
+            ("program_hash", program_hash),
+        ):
+            if value is not None:
+                clauses.append(f"{column}=?")
+                args.append(value)
+        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        for row in self._db.execute(f"SELECT * FROM measurements{where} ORDER BY id", args):
+            yield _decoded(row)
+
+    def schedule_hashes(self, program_hash: str, machine_id: str, threads: int = 1) -> set[str]:
+        return {
+            r[0]
+            for r in self._db.execute(
+                "SELECT schedule_hash FROM measurements WHERE program_hash=? AND machine_id=? AND threads=?",
+                (program_hash, machine_id, threads),
+            )
+        }
+
+    def count(self, machine_id: str | None = None, status: str | None = None) -> int:
+        clauses, args = [], []
+        for column, value in (("machine_id", machine_id), ("status", status)):
+            if value is not None:
+                clauses.append(f"{column}=?")
+                args.append(value)
+        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        return self._db.execute(f"SELECT COUNT(*) FROM measurements{where}", args).fetchone()[0]
+
+    def machines(self) -> set[str]:
+        return {r[0] for r in self._db.execute("SELECT DISTINCT machine_id FROM measurements")}
+
+    def program(self, program_hash: str) -> Program:
+        row = self._db.execute(
+            "SELECT name, mlir FROM programs WHERE program_hash=?", (program_hash,)
+        ).fetchone()
+        if row is None:
+            raise StoreError(f"program {program_hash[:12]} is not in the store")
+        return parse_program(row["mlir"], row["name"])
+
+    def summary(self) -> dict:
+        by_status = dict(
+            self._db.execute("SELECT status, COUNT(*) FROM measurements GROUP BY status").fetchall()
+        )
+        return {
+            "path": str(self.path),
+            "programs": self._db.execute(
+                "SELECT COUNT(DISTINCT program_hash) FROM measurements"
+            ).fetchone()[0],
+            "measurements": sum(by_status.values()),
+            "by_status": by_status,
+            "machines": sorted(self.machines()),
+        }
+
+    # -- exchange
+    def export_parquet(self, path: str | Path, machine_id: str | None = None) -> int:
+        """Write measurements (and their programs) to a Parquet file; returns the row count."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        rows = list(
+            self._db.execute(
+                "SELECT m.*, p.mlir AS program_mlir, p.flops AS program_flops FROM measurements m "
+                "JOIN programs p USING (program_hash)"
+                + (" WHERE m.machine_id=?" if machine_id else "")
+                + " ORDER BY m.id",
+                (machine_id,) if machine_id else (),
+            )
+        )
+        names = [*COLUMNS, "program_mlir", "program_flops"]
+        table = pa.table({n: [r[n] for r in rows] for n in names})
+        pq.write_table(table, str(path), compression="zstd")
+        return len(rows)
+
+    def import_parquet(self, path: str | Path, allow_other_machines: bool = False) -> int:
+        """Merge a Parquet export in; refuses another machine's data unless allowed."""
+        import pyarrow.parquet as pq
+
+        records = pq.read_table(str(path)).to_pylist()
+        incoming = {r["machine_id"] for r in records}
+        present = self.machines()
+        if present and not incoming <= present and not allow_other_machines:
+            raise StoreError(
+                f"{path} holds measurements of machine(s) {sorted(incoming - present)}, this store "
+                f"has {sorted(present)}; times from different machines do not mix "
+                "(pass allow_other_machines=True to keep them side by side)"
+            )
+        new = 0
+        with self._transaction():
+            for r in records:
+                self._db.execute(
+                    "INSERT OR IGNORE INTO programs VALUES (?, ?, ?, ?, ?)",
+                    (
+                        r["program_hash"],
+                        r["program_name"],
+                        r["program_mlir"],
+                        r["program_flops"],
+                        r["created_at"],
+                    ),
+                )
+                old = self._db.execute(
+                    "SELECT * FROM measurements WHERE program_hash=? AND schedule_hash=? AND machine_id=? AND threads=?",
+                    (r["program_hash"], r["schedule_hash"], r["machine_id"], r["threads"]),
+                ).fetchone()
+                if old is None:
+                    self._db.execute(
+                        f"INSERT INTO measurements ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
+                        [r[c] for c in COLUMNS],
+                    )
+                    new += 1
+                else:
+                    merged = _merge(dict(old), {c: r[c] for c in COLUMNS})
+                    self._db.execute(
+                        f"UPDATE measurements SET {', '.join(f'{c}=?' for c in COLUMNS)} WHERE id=?",
+                        [merged[c] for c in COLUMNS] + [old["id"]],
+                    )
+        return new
+
+
+def _row_of(m: Measurement) -> dict:
+    ok = m.status == "ok"
+    now = time.time()
+    return {
+        "program_hash": m.program_hash,
+        "program_name": m.program,
+        "schedule_hash": m.schedule_hash,
+        "schedule": json.dumps(m.schedule, sort_keys=True),
+        "machine_id": m.fingerprint["machine"]["machine_id"],
+        "toolchain_id": m.fingerprint["toolchain"]["toolchain_id"],
+        "fingerprint": json.dumps(m.fingerprint, sort_keys=True),
+        "threads": m.threads,
+        "runtime": m.runtime,
+        "method": json.dumps(m.method, sort_keys=True),
+        "status": m.status,
+        "verified": int(ok and m.verified),
+        "median_s": m.median_s if ok else None,
+        "min_s": m.min_s if ok else None,
+        "spread": m.spread if ok else None,
+        "samples": json.dumps([m.median_s] if ok else []),
+        "n_measured": 1,
+        "n_failed": 0 if ok else 1,
+        "max_error": m.max_error,
+        "error": m.error,
+        "compile_s": sum(m.compile_s.values()) if m.compile_s else None,
+        "created_at": m.created_at,
+        "updated_at": now,
+    }
+
+
+def _merge(old: dict, new: dict) -> dict:
+    """Combine a row with a new measurement of the same (program, schedule, machine, threads).
+
+    Verified times accumulate (median of per-measurement medians, overall minimum). A wrong
+    output anywhere makes the row a wrong output and drops its times: such a schedule is not
+    trusted. A crash or timeout after verified runs is counted, the times are kept.
+    """
+    merged = dict(old)
+    merged["n_measured"] = old["n_measured"] + new["n_measured"]
+    merged["n_failed"] = old["n_failed"] + new["n_failed"]
+    merged["updated_at"] = new["updated_at"]
+    merged["toolchain_id"], merged["fingerprint"] = new["toolchain_id"], new["fingerprint"]
+    if "wrong_output" in (old["status"], new["status"]):
+        merged.update(
+            status="wrong_output",
+            verified=0,
+            median_s=None,
+            min_s=None,
+            spread=None,
+            samples="[]",
+            error=new["error"] if new["status"] == "wrong_output" else old["error"],
+        )
+        return merged
+    if new["status"] != "ok":
+        if old["status"] != "ok":
+            merged.update(status=new["status"], error=new["error"])
+        return merged
+    samples = (json.loads(old["samples"]) + json.loads(new["samples"]))[-MAX_SAMPLES:]
+    merged.update(
+        status="ok",
+        verified=1,
+        error=None,
+        samples=json.dumps(samples),
+        median_s=statistics.median(samples),
+        min_s=min(v for v in (old["min_s"], new["min_s"]) if v is not None),
+        spread=new["spread"],
+        max_error=new["max_error"],
+        method=new["method"],
+    )
+    return merged
+
+
+def _decoded(row: sqlite3.Row) -> dict:
+    out = dict(row)
+    for column in ("schedule", "fingerprint", "method", "samples"):
+        out[column] = json.loads(out[column])
+    out["verified"] = bool(out["verified"])
+    return out

@@ -1,0 +1,162 @@
+"""The collection job: resumes after kill -9 without loss or duplicates; failures are data."""
+
+import os
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+from mlirrl_jax.collect import CollectConfig, CollectionJob
+from mlirrl_jax.measure.timing import TimingMethod
+
+QUICK = TimingMethod(min_repeats=2, min_time_s=0.01)
+
+
+def command(store, budget):
+    return [
+        sys.executable,
+        "-m",
+        "mlirrl_jax.cli",
+        "collect",
+        "--store",
+        str(store),
+        "--budget",
+        str(budget),
+        "--workers",
+        "2",
+        "--max-mflops",
+        "0.5",
+        "--seed",
+        "5",
+    ]
+
+
+def rows(store):
+    with sqlite3.connect(store) as db:
+        return {
+            (r[0], r[1], r[2], r[3]): (r[4], r[5])
+            for r in db.execute(
+                "SELECT program_hash, schedule_hash, machine_id, threads, status, median_s "
+                "FROM measurements"
+            )
+        }
+
+
+def duplicates(store):
+    with sqlite3.connect(store) as db:
+        return db.execute(
+            "SELECT COUNT(*) FROM (SELECT 1 FROM measurements GROUP BY program_hash, "
+            "schedule_hash, machine_id, threads HAVING COUNT(*) > 1)"
+        ).fetchone()[0]
+
+
+@pytest.mark.slow
+def test_kill_9_mid_run_then_rerun_loses_and_duplicates_nothing(tmp_path):
+    store = tmp_path / "m.db"
+    job = subprocess.Popen(
+        command(store, 40),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        if store.exists() and len(rows(store)) >= 12:
+            break
+    os.killpg(job.pid, signal.SIGKILL)  # the job and its measurement workers, mid-flight
+    job.wait()
+    before = rows(store)
+    assert len(before) >= 12
+    result = subprocess.run(command(store, 40), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    after = rows(store)
+    assert set(before) <= set(after)  # nothing committed was lost
+    assert duplicates(store) == 0
+    for key, (status, _) in before.items():
+        assert after[key][0] == status
+    assert "rows for the train split" in result.stdout
+    assert int(result.stdout.split(" rows for the train split")[0].split()[-1]) == 40
+
+
+@pytest.mark.slow
+def test_injected_failures_are_stored_with_their_reason_and_the_job_goes_on(tmp_path):
+    # the faults are injected on purpose into the first sampled measurements
+    config = CollectConfig(
+        store=tmp_path / "f.db",
+        budget=12,
+        workers=2,
+        max_mflops=0.5,
+        max_programs=8,
+        baselines_of=("train",),
+        timeout_s=5,
+        method=QUICK,
+        inject_faults=("crash", "hang", "wrong_output"),
+        progress=False,
+    )
+    report = CollectionJob(config).run()
+    statuses = {status for status, _ in rows(config.store).values()}
+    assert {"crash", "timeout", "wrong_output", "ok"} <= statuses
+    assert report.stored_for_split == 12 and report.failures == 3
+    with sqlite3.connect(config.store) as db:
+        failed = db.execute(
+            "SELECT status, error, median_s FROM measurements WHERE status != 'ok'"
+        ).fetchall()
+    assert all(error and median is None for _, error, median in failed)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_ray_backend_against_a_local_ray_instance(tmp_path):
+    ray = pytest.importorskip("ray", reason="install mlirrl-jax[cluster] for the Ray backend")
+    ray_bin = shutil.which("ray", path=os.path.dirname(sys.executable))
+    port = free_port()
+    temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # Ray's socket paths must stay short
+    start = subprocess.run(
+        [
+            ray_bin,
+            "start",
+            "--head",
+            "--node-ip-address=127.0.0.1",
+            f"--port={port}",
+            "--num-cpus=2",
+            "--include-dashboard=false",
+            f"--temp-dir={temp}",
+            "--disable-usage-stats",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert start.returncode == 0, start.stderr[-2000:]
+    try:
+        config = CollectConfig(
+            store=tmp_path / "r.db",
+            budget=6,
+            workers=2,
+            max_mflops=0.5,
+            max_programs=4,
+            baselines_of=("train",),
+            backend="ray",
+            address=f"127.0.0.1:{port}",
+            method=QUICK,
+            progress=False,
+        )
+        report = CollectionJob(config).run()
+        assert report.stored_for_split == 6 and report.failures == 0
+        assert all(status == "ok" for status, _ in rows(config.store).values())
+    finally:
+        subprocess.run([ray_bin, "stop", "--force"], capture_output=True, timeout=120)
+        shutil.rmtree(temp, ignore_errors=True)
+        assert ray is not None

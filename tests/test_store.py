@@ -1,0 +1,116 @@
+"""The measurement store: one real SQLite file, unique rows, merges, Parquet exchange."""
+
+import dataclasses
+import sqlite3
+
+import pyarrow.parquet as pq
+import pytest
+
+from mlirrl_jax.measure.fingerprint import fingerprint
+from mlirrl_jax.measure.timing import Measurement
+from mlirrl_jax.schedule import Schedule, Transform
+from mlirrl_jax.store import MeasurementStore, StoreError
+
+SCHEDULE = Schedule.of({1: [Transform("tile", (8, 32, 1)), Transform("vectorize")]})
+
+
+def measurement(program, schedule=SCHEDULE, status="ok", median=1e-3, **extra):
+    ok = status == "ok"
+    return Measurement(
+        status=status,
+        program=program.name,
+        program_hash=program.hash,
+        schedule=schedule.to_json(),
+        schedule_hash=schedule.hash,
+        median_s=median if ok else None,
+        min_s=median * 0.9 if ok else None,
+        spread=0.01 if ok else None,
+        repeats=5 if ok else 0,
+        verified=ok,
+        max_error=1e-7,
+        tolerance=1e-5,
+        error=None if ok else f"{status} reason",
+        fingerprint=fingerprint(),
+        compile_s={"transform_s": 0.01},
+        **extra,
+    )
+
+
+@pytest.fixture
+def store(tmp_path, matmul):
+    with MeasurementStore(tmp_path / "m.db") as s:
+        s.add_programs([matmul])
+        yield s
+
+
+def machine():
+    return fingerprint()["machine"]["machine_id"]
+
+
+def test_wal_mode_and_one_row_per_key(store, matmul):
+    assert store._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert store.put([measurement(matmul, median=1e-3)]) == 1
+    assert store.put([measurement(matmul, median=3e-3)]) == 0  # same key: an update
+    assert store.count() == 1
+    row = store.get(matmul.hash, SCHEDULE.hash, machine())
+    assert row["n_measured"] == 2 and row["median_s"] == pytest.approx(2e-3)
+    assert row["min_s"] == pytest.approx(0.9e-3) and row["samples"] == [1e-3, 3e-3]
+    assert row["schedule"] == SCHEDULE.to_json() and row["verified"]
+
+
+def test_other_threads_are_other_rows(store, matmul):
+    store.put([measurement(matmul), measurement(matmul, threads=2)])
+    assert store.count() == 2
+
+
+def test_failures_keep_their_reason_and_never_a_time(store, matmul):
+    store.put([measurement(matmul, status="crash")])
+    row = store.get(matmul.hash, SCHEDULE.hash, machine())
+    assert row["status"] == "crash" and row["median_s"] is None and "crash reason" in row["error"]
+    store.put([measurement(matmul)])  # later verified: the row becomes a time
+    row = store.get(matmul.hash, SCHEDULE.hash, machine())
+    assert row["status"] == "ok" and row["n_failed"] == 1
+    store.put([measurement(matmul, status="wrong_output")])  # never trusted again
+    row = store.get(matmul.hash, SCHEDULE.hash, machine())
+    assert row["status"] == "wrong_output" and row["median_s"] is None and not row["verified"]
+
+
+def test_a_failed_transaction_writes_nothing(store, matmul):
+    good = measurement(matmul)
+    orphan = dataclasses.replace(measurement(matmul, schedule=Schedule()), program_hash="f" * 64)
+    with pytest.raises(StoreError, match="not in the store"):
+        store.put([good, orphan])
+    assert store.count() == 0
+
+
+def test_parquet_round_trip_and_machine_check(store, matmul, tmp_path):
+    store.put([measurement(matmul), measurement(matmul, schedule=Schedule(), median=5e-3)])
+    path = tmp_path / "export.parquet"
+    assert store.export_parquet(path) == 2
+    with MeasurementStore(tmp_path / "other.db") as other:
+        assert other.import_parquet(path) == 2
+        assert other.import_parquet(path) == 0  # merges, no duplicates
+        assert other.count() == 2
+        assert other.program(matmul.hash).hash == matmul.hash  # self-contained
+    # the same file claiming to come from another machine is refused by a store of this one
+    table = pq.read_table(path)
+    table = table.set_column(
+        table.column_names.index("machine_id"), "machine_id", [["elsewhere"] * table.num_rows]
+    )
+    foreign = tmp_path / "foreign.parquet"
+    pq.write_table(table, foreign)
+    with pytest.raises(StoreError, match="do not mix"):
+        store.import_parquet(foreign)
+    assert store.import_parquet(foreign, allow_other_machines=True) == 2
+    assert store.machines() == {machine(), "elsewhere"}
+
+
+def test_schema_version_is_checked(tmp_path):
+    path = tmp_path / "v.db"
+    MeasurementStore(path).close()
+    db = sqlite3.connect(path)
+    db.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
+    db.commit()
+    db.close()
+    with pytest.raises(StoreError, match="schema version 99"):
+        MeasurementStore(path)
