@@ -10,7 +10,6 @@ transactions.
 
 from __future__ import annotations
 
-import itertools
 import queue
 import time
 from collections.abc import Iterator
@@ -205,7 +204,7 @@ class CollectionJob:
         key = jax.random.PRNGKey(self.config.seed)
         order = rng.permutation(len(self.programs))
         misses = 0
-        for round_index in itertools.count():
+        while True:
             for index in order:
                 key, sub = jax.random.split(key)
                 sampler = uniform if rng.random() < self.config.uniform_share else deep
