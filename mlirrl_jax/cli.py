@@ -204,6 +204,23 @@ def cmd_store(args) -> int:
     return 0
 
 
+def cmd_fit_cost_model(args) -> int:
+    from cost_model.report import fit_and_report, format_metrics
+    from cost_model.train import TrainConfig
+    from mlirrl_jax.measure.fingerprint import machine_fingerprint
+
+    config = TrainConfig(epochs=args.epochs, seed=args.seed)
+    machine = args.machine or machine_fingerprint()["machine_id"]
+    result = fit_and_report(Path(args.store), Path(args.out), machine, config)
+    print(format_metrics(result))
+    print(
+        f"trained in {result['fit_seconds']:.0f} s on {result['train_rows']} rows; held out "
+        f"{result['held_out_programs']} programs ({result['held_out_rows']} rows); "
+        f"model, metrics.json and predicted_vs_measured.png in {Path(args.out).resolve()}"
+    )
+    return 0
+
+
 def _add_measure_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=1, help="threads for the scheduled kernel")
     parser.add_argument(
@@ -272,6 +289,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--store", default="data/measurements.db")
     p.add_argument("--allow-other-machines", action="store_true")
     p.set_defaults(func=cmd_store)
+
+    p = sub.add_parser("fit-cost-model", help="train the surrogate on a measurement store")
+    p.add_argument("--store", default="data/measurements.db")
+    p.add_argument("--out", default=f"runs/cost-model-{time.strftime('%Y%m%d-%H%M%S')}")
+    p.add_argument("--machine", help="machine id whose measurements to use (default: this one)")
+    p.add_argument("--epochs", type=int, default=80)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_fit_cost_model)
 
     p = sub.add_parser("suite", help="list a built-in suite's programs")
     p.add_argument("--name", default="dl-v0")

@@ -359,3 +359,15 @@ def sample_action(key: jax.Array, mask: ActionMask, next_weight: float = 1.0) ->
     tiles = jax.random.categorical(tile_key, jnp.where(tile_mask, 0.0, -1e9), axis=-1)
     pointer = jax.random.categorical(pointer_key, jnp.where(mask.pointer, 0.0, -1e9))
     return jnp.concatenate([jnp.stack([kind, pointer]), tiles]).astype(jnp.int32)
+
+
+def run_actions(table: ProgramTable, program: jax.Array, actions: jax.Array) -> EnvState:
+    """The state `actions` (T, ACTION_WIDTH) reach on `program` (pad with `next`: a finished
+    episode ignores further actions). Jittable and vmappable: it replays stored schedules
+    through the same `transition` the environment steps with."""
+    state = initial_state(table, program, jax.random.PRNGKey(0))
+
+    def body(state, action):
+        return transition(table, state, action)[0], None
+
+    return jax.lax.scan(body, state, actions)[0]

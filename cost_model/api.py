@@ -1,0 +1,179 @@
+"""`CostModel`: load / save / predict / update, the interface the reward and re-grounding use.
+
+`predict(table, states)` maps a batch of environment states to predicted log run times; it is
+jittable, and `log_time_fn` hands the single-state form to the JAX environment. A model is tied
+to the machine its measurements came from; its metadata says which.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import orbax.checkpoint as ocp
+from flax import nnx
+
+from cost_model.dataset import Dataset
+from cost_model.model import ModelConfig, apply, build
+from cost_model.train import TrainConfig, fit
+from mlirrl_jax.env.analytic import analytic_log_time
+from mlirrl_jax.env.features import features
+from mlirrl_jax.env.state import EnvState, ProgramTable
+
+FEATURE_VERSION = 1  # bump when features change: old checkpoints then refuse to load
+
+
+class CostModel:
+    """The trained surrogate."""
+
+    def __init__(self, graphdef, params, mean: float, std: float, meta: dict):
+        self.graphdef = graphdef
+        self.params = params
+        self.mean = mean
+        self.std = std
+        self.meta = meta
+        self._predict_features = jax.jit(lambda p, f: apply(graphdef, p, f) * std + mean)
+
+    # -- prediction
+    def predict_features(self, feats) -> jax.Array:
+        """Log times for a batch of `Features`."""
+        return self._predict_features(self.params, feats)
+
+    def log_time(self, table: ProgramTable, state: EnvState) -> jax.Array:
+        """Predicted log time of one state (jittable; vmap for batches)."""
+        return apply(self.graphdef, self.params, features(table, state)) * self.std + self.mean
+
+    def predict(self, table: ProgramTable, states: EnvState) -> jax.Array:
+        """Predicted log times of a batch of states."""
+        return jax.vmap(self.log_time, in_axes=(None, 0))(table, states)
+
+    @property
+    def log_time_fn(self):
+        return self.log_time
+
+    # -- training
+    @classmethod
+    def fit(
+        cls,
+        data: Dataset,
+        config: TrainConfig | None = None,
+        machine_id: str = "",
+        progress: bool = True,
+    ) -> tuple[CostModel, list]:
+        config = config or TrainConfig()
+        graphdef, params, (mean, std), history = fit(data, config, progress=progress)
+        meta = {
+            "feature_version": FEATURE_VERSION,
+            "machine_id": machine_id,
+            "train": config.to_json(),
+            "rows": len(data),
+            "programs": len(data.programs),
+        }
+        return cls(graphdef, params, mean, std, meta), history
+
+    def update(self, data: Dataset, epochs: int = 20, progress: bool = False) -> CostModel:
+        """Fine-tune from the current weights on new measurements; returns the new model."""
+        config = TrainConfig(
+            **{**self.meta["train"], "model": ModelConfig(**self.meta["train"]["model"])}
+        )
+        config = replace(config, epochs=epochs, learning_rate=config.learning_rate / 4)
+        graphdef, params, _, _ = fit(
+            data,
+            config,
+            init=(self.graphdef, self.params),
+            normalization=(self.mean, self.std),
+            progress=progress,
+        )
+        meta = {
+            **self.meta,
+            "updates": self.meta.get("updates", 0) + 1,
+            "rows": self.meta["rows"] + len(data),
+        }
+        return CostModel(graphdef, params, self.mean, self.std, meta)
+
+    # -- persistence
+    def save(self, directory: str | os.PathLike) -> Path:
+        """An orbax checkpoint (parameters) plus JSON metadata, in `directory`."""
+        directory = Path(directory).resolve()  # orbax needs absolute paths
+        directory.mkdir(parents=True, exist_ok=True)
+        meta = {**self.meta, "mean": self.mean, "std": self.std}
+        with ocp.CheckpointManager(
+            directory / "checkpoint", options=ocp.CheckpointManagerOptions(max_to_keep=1)
+        ) as manager:
+            step = (manager.latest_step() or 0) + 1
+            manager.save(
+                step,
+                args=ocp.args.Composite(
+                    params=ocp.args.StandardSave(nnx.to_pure_dict(self.params)),
+                    meta=ocp.args.JsonSave(meta),
+                ),
+            )
+            manager.wait_until_finished()
+        (directory / "model.json").write_text(json.dumps(meta, indent=1))
+        return directory
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike) -> CostModel:
+        directory = Path(directory).resolve()
+        meta_path = directory / "model.json"
+        if not meta_path.is_file():
+            raise FileNotFoundError(f"{directory}: no cost model here (model.json missing)")
+        meta = json.loads(meta_path.read_text())
+        if meta.get("feature_version") != FEATURE_VERSION:
+            raise ValueError(
+                f"{directory}: features version {meta.get('feature_version')}, "
+                f"this code computes version {FEATURE_VERSION}; retrain the model"
+            )
+        graphdef, params = build(ModelConfig(**meta["train"]["model"]))
+        target = jax.tree.map(ocp.utils.to_shape_dtype_struct, nnx.to_pure_dict(params))
+        with ocp.CheckpointManager(directory / "checkpoint") as manager:
+            restored = manager.restore(
+                manager.latest_step(),
+                args=ocp.args.Composite(params=ocp.args.StandardRestore(target)),
+            )
+        nnx.replace_by_pure_dict(params, restored["params"])
+        return cls(graphdef, params, meta["mean"], meta["std"], meta)
+
+
+class AnalyticModel:
+    """The roofline-style estimate behind the same interface: for comparison and tests."""
+
+    meta = {"kind": "analytic"}
+
+    def log_time(self, table: ProgramTable, state: EnvState) -> jax.Array:
+        return analytic_log_time(table, state)
+
+    @property
+    def log_time_fn(self):
+        return self.log_time
+
+    def predict(self, table: ProgramTable, states: EnvState) -> jax.Array:
+        return jax.vmap(self.log_time, in_axes=(None, 0))(table, states)
+
+    def update(self, data: Dataset, epochs: int = 0, progress: bool = False) -> AnalyticModel:
+        return self  # nothing to learn
+
+    def save(self, directory: str | os.PathLike) -> Path:
+        directory = Path(directory).resolve()
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "model.json").write_text(json.dumps(self.meta))
+        return directory
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike) -> AnalyticModel:
+        return cls()
+
+
+def predict_dataset(model, data: Dataset, chunk: int = 4096) -> np.ndarray:
+    """Predicted log times of a dataset's rows, from the states their schedules reach."""
+    predict = jax.jit(model.predict)
+    out = []
+    for start in range(0, len(data), chunk):
+        states = jax.tree.map(lambda a, s=start: jnp.asarray(a[s : s + chunk]), data.states)
+        out.append(np.asarray(predict(data.table, states)))
+    return np.concatenate(out)

@@ -1,0 +1,147 @@
+"""Store -> training examples: each stored schedule replayed through the environment's step.
+
+The features of a measured schedule are computed exactly as the environment computes them for
+an RL state: the schedule becomes its action sequence, the actions run through `transition`,
+and `features` reads the state reached.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from mlirrl_jax.actions import NEXT, encode_action
+from mlirrl_jax.env.features import Features, features
+from mlirrl_jax.env.jax_env import MAX_EPISODE_STEPS, run_actions
+from mlirrl_jax.env.replay import schedule_to_actions
+from mlirrl_jax.env.state import EnvState, ProgramTable, encode_programs
+from mlirrl_jax.programs import suites
+from mlirrl_jax.programs.ir import Program
+from mlirrl_jax.schedule import Schedule, ScheduleError
+from mlirrl_jax.store import MeasurementStore
+
+
+@dataclass
+class Dataset:
+    """Featurized measurements; `program` indexes `programs` (and the table's rows)."""
+
+    states: EnvState  # the states the schedules reach, arrays with a leading axis N
+    features: Features  # their features, arrays with a leading axis N
+    log_time: np.ndarray  # (N,) float32, log of the measured median seconds
+    program: np.ndarray  # (N,) int32
+    is_baseline: np.ndarray  # (N,) bool, the empty schedule
+    programs: list[Program]
+    families: list[str]  # per program: model family of the suite, "user" otherwise
+    table: ProgramTable
+    skipped: int = 0  # stored rows whose schedule is not expressible in the action space
+
+    def __len__(self) -> int:
+        return int(self.log_time.shape[0])
+
+    def subset(self, rows: np.ndarray) -> Dataset:
+        take = lambda a: a[rows]  # noqa: E731
+        return Dataset(
+            jax.tree.map(take, self.states),
+            jax.tree.map(take, self.features),
+            self.log_time[rows],
+            self.program[rows],
+            self.is_baseline[rows],
+            self.programs,
+            self.families,
+            self.table,
+        )
+
+    def split_by_program(self, held_out: set[int]) -> tuple[Dataset, Dataset]:
+        mask = np.isin(self.program, sorted(held_out))
+        return self.subset(np.flatnonzero(~mask)), self.subset(np.flatnonzero(mask))
+
+
+def _family(name: str) -> str:
+    try:
+        return suites.get(name).model
+    except KeyError:
+        return "user"
+
+
+def featurize(
+    table: ProgramTable, program_ids: np.ndarray, action_batches: np.ndarray
+) -> tuple[EnvState, Features]:
+    """The states each action sequence reaches, and their features (batched, jitted)."""
+
+    @jax.jit
+    def one_chunk(ids, actions):
+        states = jax.vmap(run_actions, in_axes=(None, 0, 0))(table, ids, actions)
+        return states, jax.vmap(features, in_axes=(None, 0))(table, states)
+
+    chunks = []
+    for start in range(0, len(program_ids), 1024):
+        ids = program_ids[start : start + 1024]
+        actions = action_batches[start : start + 1024]
+        pad = 1024 - len(ids)  # one compiled shape for every chunk
+        ids = np.concatenate([ids, np.zeros(pad, np.int32)])
+        actions = np.concatenate([actions, np.zeros((pad, *actions.shape[1:]), np.int32)])
+        chunks.append(
+            jax.tree.map(lambda a, n=1024 - pad: np.asarray(a)[:n], one_chunk(ids, actions))
+        )
+    return jax.tree.map(lambda *parts: np.concatenate(parts), *chunks)
+
+
+def padded_actions(program: Program, schedule: Schedule) -> np.ndarray:
+    """The schedule's actions, padded with `next` to the longest episode."""
+    actions = schedule_to_actions(program, schedule)
+    padded = np.tile(encode_action(NEXT), (MAX_EPISODE_STEPS, 1))
+    padded[: len(actions)] = actions
+    return padded
+
+
+def load_dataset(store: MeasurementStore, machine_id: str, threads: int = 1) -> Dataset:
+    """Every verified measurement of one machine, featurized."""
+    rows = [r for r in store.rows(machine_id=machine_id, status="ok") if r["threads"] == threads]
+    if not rows:
+        raise ValueError(f"{store.path} has no verified measurements of machine {machine_id}")
+    hashes = sorted({r["program_hash"] for r in rows})
+    programs = [store.program(h) for h in hashes]
+    index = {h: i for i, h in enumerate(hashes)}
+    kept, actions, skipped = [], [], 0
+    for r in rows:
+        program = programs[index[r["program_hash"]]]
+        try:
+            actions.append(padded_actions(program, Schedule.from_json(r["schedule"])))
+        except ScheduleError:
+            skipped += 1
+            continue
+        kept.append(r)
+    table = encode_programs(programs)
+    ids = np.array([index[r["program_hash"]] for r in kept], np.int32)
+    states, feats = featurize(table, ids, np.stack(actions).astype(np.int32))
+    return Dataset(
+        states=states,
+        features=feats,
+        log_time=np.log(np.array([r["median_s"] for r in kept], np.float64)).astype(np.float32),
+        program=ids,
+        is_baseline=np.array([r["schedule_hash"] == Schedule().hash for r in kept]),
+        programs=programs,
+        families=[_family(p.name) for p in programs],
+        table=table,
+        skipped=skipped,
+    )
+
+
+def held_out_programs(
+    dataset: Dataset, families: tuple[str, ...] = ("resnet50",), share: float = 0.15, seed: int = 0
+) -> set[int]:
+    """Programs to evaluate on: whole model families, plus a random share of the others."""
+    rng = np.random.default_rng(seed)
+    held = {i for i, f in enumerate(dataset.families) if f in families}
+    others = [i for i in range(len(dataset.programs)) if i not in held]
+    held |= {
+        int(i) for i in rng.choice(others, size=int(round(share * len(others))), replace=False)
+    }
+    return held
+
+
+def as_jnp(features: Features) -> Features:
+    return jax.tree.map(jnp.asarray, features)

@@ -1,0 +1,124 @@
+"""Fit, evaluate on held-out programs, and report: the `fit-cost-model` job."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from cost_model.api import AnalyticModel, CostModel, predict_dataset
+from cost_model.dataset import Dataset, held_out_programs, load_dataset
+from cost_model.metrics import evaluate
+from cost_model.train import TrainConfig
+from mlirrl_jax.store import MeasurementStore
+
+HELD_OUT_FAMILIES = ("resnet50",)
+
+
+def held_out_metrics(model, data: Dataset) -> tuple[dict, np.ndarray]:
+    predicted = predict_dataset(model, data)
+    return evaluate(predicted, data.log_time, data.program, data.is_baseline), predicted
+
+
+def save_scatter(path: Path, data: Dataset, predicted: dict[str, np.ndarray]) -> Path | None:
+    """Predicted vs measured log-speedup of held-out schedules, one panel per model."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    base = {p: i for i, p in zip(np.flatnonzero(data.is_baseline), data.program[data.is_baseline])}
+    rows = np.array(
+        [i for i in range(len(data)) if data.program[i] in base and not data.is_baseline[i]]
+    )
+    if not len(rows):
+        return None
+    fig, axes = plt.subplots(1, len(predicted), figsize=(5 * len(predicted), 4.5), squeeze=False)
+    for ax, (name, pred) in zip(axes[0], predicted.items()):
+        bases = np.array([base[data.program[i]] for i in rows])
+        true = data.log_time[bases] - data.log_time[rows]
+        guess = pred[bases] - pred[rows]
+        ax.scatter(true, guess, s=4, alpha=0.5)
+        lo, hi = float(min(true.min(), guess.min())), float(max(true.max(), guess.max()))
+        ax.plot([lo, hi], [lo, hi], "k--", lw=1)
+        ax.set_xlabel("measured log speedup")
+        ax.set_ylabel("predicted log speedup")
+        ax.set_title(name)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def fit_and_report(
+    store_path: Path,
+    out: Path,
+    machine_id: str,
+    config: TrainConfig,
+    families: tuple[str, ...] = HELD_OUT_FAMILIES,
+    share: float = 0.15,
+    progress: bool = True,
+) -> dict:
+    out = Path(out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    with MeasurementStore(store_path) as store:
+        data = load_dataset(store, machine_id)
+    held = held_out_programs(data, families, share, config.seed)
+    train, test = data.split_by_program(held)
+    print(
+        f"{len(data)} verified measurements of {len(data.programs)} programs "
+        f"({data.skipped} not expressible as actions); training on {len(train)} rows of "
+        f"{len(data.programs) - len(held)} programs, evaluating on {len(test)} rows of "
+        f"{len(held)} held-out programs (families {list(families)} + {share:.0%} of the rest)",
+        file=sys.stderr,
+    )
+    fit_started = time.perf_counter()
+    model, history = CostModel.fit(train, config, machine_id=machine_id, progress=progress)
+    fit_seconds = time.perf_counter() - fit_started
+    model.meta.update(held_out_programs=sorted(data.programs[i].name for i in held))
+    metrics, predicted = held_out_metrics(model, test)
+    analytic, analytic_predicted = held_out_metrics(AnalyticModel(), test)
+    model.save(out / "model")
+    result = {
+        "command": " ".join(sys.argv),
+        "store": str(Path(store_path).resolve()),
+        "machine_id": machine_id,
+        "rows": len(data),
+        "train_rows": len(train),
+        "held_out_rows": len(test),
+        "held_out_programs": len(held),
+        "fit_seconds": fit_seconds,
+        "total_seconds": time.perf_counter() - started,
+        "surrogate": metrics,
+        "analytic_baseline": analytic,
+        "history": history,
+    }
+    (out / "metrics.json").write_text(json.dumps(result, indent=1))
+    save_scatter(
+        out / "predicted_vs_measured.png",
+        test,
+        {"surrogate": predicted, "analytic baseline": analytic_predicted},
+    )
+    return result
+
+
+def format_metrics(result: dict) -> str:
+    keys = ("mape_speedup", "spearman", "pairwise_accuracy", "top1", "top5")
+    lines = [
+        "| model | MAPE speedup | Spearman | pairwise acc. | top-1 | top-5 |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name in ("surrogate", "analytic_baseline"):
+        m = result[name]
+        lines.append(
+            f"| {name} | "
+            + " | ".join(f"{m[k]:.1%}" if k == "mape_speedup" else f"{m[k]:.3f}" for k in keys)
+            + " |"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,142 @@
+"""The surrogate: features identical to the env's, training, checkpoints, interface, metrics."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from cost_model.api import AnalyticModel, CostModel, predict_dataset
+from cost_model.dataset import load_dataset
+from cost_model.metrics import evaluate
+from cost_model.train import TrainConfig
+from mlirrl_jax.collect import CollectConfig, CollectionJob
+from mlirrl_jax.env.jax_env import JaxEnv, sample_action
+from mlirrl_jax.env.replay import schedule_to_actions
+from mlirrl_jax.measure.fingerprint import machine_fingerprint
+from mlirrl_jax.measure.timing import TimingMethod
+from mlirrl_jax.schedule import Schedule
+from mlirrl_jax.store import MeasurementStore
+
+SMALL = TrainConfig(epochs=30, programs_per_batch=4, rows_per_program=8)
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    # a real store: real measurements of cheap train programs
+    path = tmp_path_factory.mktemp("store") / "m.db"
+    CollectionJob(
+        CollectConfig(
+            store=path,
+            budget=48,
+            workers=2,
+            max_mflops=0.5,
+            max_programs=8,
+            baselines_of=("train",),
+            progress=False,
+            method=TimingMethod(min_repeats=3, min_time_s=0.01),
+        )
+    ).run()
+    with MeasurementStore(path) as store:
+        return load_dataset(store, machine_fingerprint()["machine_id"])
+
+
+@pytest.fixture(scope="module")
+def model(dataset):
+    return CostModel.fit(dataset, SMALL, progress=False)
+
+
+def test_training_examples_are_featurized_as_the_env_does(dataset):
+    env = JaxEnv(auto_reset=False)
+    pool = jnp.arange(len(dataset.programs))
+    row = int(np.flatnonzero(~dataset.is_baseline)[0])
+    program = int(dataset.program[row])
+    state, _ = env.reset_to(dataset.table, jnp.int32(program), jax.random.PRNGKey(0))
+    schedule = _schedule_of_row(dataset, row)
+    for action in schedule_to_actions(dataset.programs[program], schedule):
+        state, timestep = env.step(dataset.table, pool, state, jnp.asarray(action))
+    stepped = timestep.observation.features
+    assert np.array_equal(np.asarray(stepped.op_features), dataset.features.op_features[row])
+    assert np.array_equal(np.asarray(stepped.loop_features), dataset.features.loop_features[row])
+
+
+def _schedule_of_row(dataset, row):
+    from mlirrl_jax.env.replay import HostState, schedule_of
+
+    state = jax.tree.map(lambda a: a[row], dataset.states)
+    return schedule_of(dataset.programs[int(dataset.program[row])], HostState.from_env_state(state))
+
+
+def test_fit_lowers_the_loss_and_beats_the_analytic_model_on_training_data(dataset, model):
+    trained, history = model
+    assert history[-1]["loss"] < history[0]["loss"]
+    ours = evaluate(
+        predict_dataset(trained, dataset), dataset.log_time, dataset.program, dataset.is_baseline
+    )
+    theirs = evaluate(
+        predict_dataset(AnalyticModel(), dataset),
+        dataset.log_time,
+        dataset.program,
+        dataset.is_baseline,
+    )
+    assert ours["mape_speedup"] < theirs["mape_speedup"]
+
+
+def test_checkpoint_round_trip(model, dataset, tmp_path):
+    trained, _ = model
+    trained.save(tmp_path / "m")
+    loaded = CostModel.load(tmp_path / "m")
+    assert np.allclose(
+        predict_dataset(loaded, dataset), predict_dataset(trained, dataset), atol=1e-5
+    )
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="model.json"):
+        CostModel.load(tmp_path / "empty")
+
+
+def test_update_fine_tunes_from_current_weights(model, dataset):
+    trained, _ = model
+    updated = trained.update(dataset, epochs=5)
+    assert updated.meta["updates"] == 1 and trained.meta.get("updates", 0) == 0
+    before, after = predict_dataset(trained, dataset), predict_dataset(updated, dataset)
+    assert not np.allclose(before, after)
+    assert np.corrcoef(before, after)[0, 1] > 0.5  # continued, not restarted
+
+
+@pytest.mark.parametrize("which", ["surrogate", "analytic"])
+def test_models_are_the_environment_reward(model, dataset, which):
+    reward_model = model[0] if which == "surrogate" else AnalyticModel()
+    env = JaxEnv(log_time_fn=reward_model.log_time_fn)
+    pool = jnp.arange(len(dataset.programs))
+    step = jax.jit(env.step)
+    state, timestep = env.reset(jax.random.PRNGKey(0), dataset.table, pool)
+    for i in range(20):
+        action = sample_action(jax.random.PRNGKey(i), timestep.observation.mask)
+        state, timestep = step(dataset.table, pool, state, action)
+        assert np.isfinite(float(timestep.reward))
+
+
+def test_metrics_on_known_values():
+    measured = np.log(np.array([1.0, 0.5, 0.25, 2.0, 1.0, 4.0]))
+    program = np.array([0, 0, 0, 1, 1, 1])
+    baseline = np.array([True, False, False, True, False, False])
+    perfect = evaluate(measured, measured, program, baseline)
+    assert perfect["mape_speedup"] == 0 and perfect["spearman"] == pytest.approx(1.0)
+    assert perfect["pairwise_accuracy"] == 1.0 and perfect["top1"] == 1.0
+    # program 1 predicted upside down: its top pick (true 4.0) is 4x slower than its best (1.0)
+    flipped = measured.copy()
+    flipped[3:] = -measured[3:]
+    m = evaluate(flipped, measured, program, baseline)
+    assert m["spearman"] == pytest.approx(0.0)  # +1 and -1
+    assert m["pairwise_accuracy"] == pytest.approx(0.5)
+    assert m["top1"] == pytest.approx((1.0 + 0.25) / 2)
+    assert m["top5"] == 1.0
+    # predicted speedups twice the true ones on program 0: 100% error there
+    doubled = measured.copy()
+    doubled[1:3] -= np.log(2)
+    assert evaluate(doubled, measured, program, baseline)["mape_speedup"] == pytest.approx(0.5)
+
+
+def test_unknown_schedules_are_skipped_not_guessed(dataset):
+    assert dataset.skipped == 0
+    assert Schedule().hash  # baselines are part of the data
+    assert dataset.is_baseline.sum() >= 8
