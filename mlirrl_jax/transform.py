@@ -154,6 +154,11 @@ class _Builder:
             forall = grown
             state.handle = fused
             state.in_forall = True
+            # the fused copy computes one consumer tile: its loops shrink to the tile's sizes
+            consumer = self.states[self.program.consumers(producer_id)[0]]
+            for loop, consumer_loop in enumerate(self.program.fusion_loop_map(producer_id)):
+                if consumer_loop >= 0:
+                    state.extents[loop] = min(state.extents[loop], consumer.extents[consumer_loop])
 
     def interchange(self, op: LinalgOp, state: _OpState, permutation: tuple[int, ...]) -> None:
         if sorted(permutation) != sorted(state.order):

@@ -141,3 +141,24 @@ def test_long_vectorized_loop_nest_does_not_grow_the_stack(runner):
     )
     m = runner.measure(program, schedule, method=QUICK)
     assert m.status == "ok" and m.verified, m.error
+
+
+def test_fused_producer_tiles_follow_the_consumer_tile(runner):
+    # the consumer's tile makes the fused conv's output row 1 long: it can decompose at once,
+    # as the environment's masks allow (the script builder must agree)
+    program = parse_program(g.render(g.ConvBiasReluSpec(1, 14, 14, 64, 128, 1)), "conv1x1_chain")
+    schedule = Schedule.of(
+        [
+            (2, [Transform(TILE_FUSE, (0, 1, 0, 0))]),
+            (
+                1,
+                [
+                    Transform(TILE, (0, 0, 7, 32, 0, 0, 8)),
+                    Transform(DECOMPOSE),
+                    Transform(VECTORIZE),
+                ],
+            ),
+        ]
+    )
+    m = runner.measure(program, schedule, method=QUICK)
+    assert m.status == "ok" and m.verified, m.error
