@@ -14,14 +14,15 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from mlirrl_jax.actions import MAX_LOOPS
 from mlirrl_jax.env.features import LOOP_FEATURES, OP_FEATURES, Features
 
 
 @dataclass(frozen=True)
 class ModelConfig:
-    loop_width: int = 32  # loop token size
-    op_width: int = 64  # op token size
-    heads: int = 4  # attention heads across ops
+    loop_width: int = 0  # loop token size (0: an op reads its loops' features flattened)
+    op_width: int = 32  # op token size
+    heads: int = 2  # attention heads across ops (0: ops exchange a pooled context instead)
     seed: int = 0
 
     def to_json(self) -> dict:
@@ -41,28 +42,44 @@ def _masked_pool(x: jax.Array, mask: jax.Array, axis: int) -> jax.Array:
 class CostNet(nnx.Module):
     def __init__(self, config: ModelConfig, rngs: nnx.Rngs):
         lw, ow = config.loop_width, config.op_width
-        self.loop_in = nnx.Linear(LOOP_FEATURES, lw, rngs=rngs)
-        self.loop_hidden = nnx.Linear(lw, lw, rngs=rngs)
-        self.op_in = nnx.Linear(OP_FEATURES + 2 * lw, ow, rngs=rngs)
+        if lw:
+            self.loop_in = nnx.Linear(LOOP_FEATURES, lw, rngs=rngs)
+            self.loop_hidden = nnx.Linear(lw, lw, rngs=rngs)
+        self.loop_width = lw
+        loop_inputs = 2 * lw if lw else MAX_LOOPS * LOOP_FEATURES
+        self.op_in = nnx.Linear(OP_FEATURES + loop_inputs, ow, rngs=rngs)
         self.op_hidden = nnx.Linear(ow, ow, rngs=rngs)
-        self.norm = nnx.LayerNorm(ow, rngs=rngs)
-        self.attention = nnx.MultiHeadAttention(
-            num_heads=config.heads, in_features=ow, qkv_features=ow, decode=False, rngs=rngs
-        )
+        if config.heads:
+            self.attention = nnx.MultiHeadAttention(
+                num_heads=config.heads, in_features=ow, qkv_features=ow, decode=False, rngs=rngs
+            )
+        else:
+            self.context = nnx.Linear(3 * ow, ow, rngs=rngs)
+        self.heads = config.heads
         self.out_hidden = nnx.Linear(2 * ow, ow, rngs=rngs)
         self.out = nnx.Linear(ow, 1, rngs=rngs)
 
     def __call__(self, f: Features) -> jax.Array:
         """Predicted (standardized) log time; `f` arrays carry any leading batch axes."""
-        loops = nnx.gelu(self.loop_in(f.loop_features))
-        loops = nnx.gelu(self.loop_hidden(loops)) + loops
-        pooled = _masked_pool(loops, f.loop_valid, axis=-2)
-        ops = nnx.gelu(self.op_in(jnp.concatenate([f.op_features, pooled], axis=-1)))
-        ops = nnx.gelu(self.op_hidden(ops)) + ops
-        pair_mask = f.op_valid[..., None, :] & f.op_valid[..., :, None]
-        ops = ops + self.attention(self.norm(ops), mask=pair_mask[..., None, :, :])
+        if self.loop_width:
+            loops = nnx.relu(self.loop_in(f.loop_features))
+            loops = nnx.relu(self.loop_hidden(loops)) + loops
+            pooled = _masked_pool(loops, f.loop_valid, axis=-2)
+        else:  # loops are in their original order: position is meaningful, pooling not needed
+            pooled = f.loop_features.reshape(*f.loop_features.shape[:-2], -1)
+        ops = nnx.relu(self.op_in(jnp.concatenate([f.op_features, pooled], axis=-1)))
+        ops = nnx.relu(self.op_hidden(ops)) + ops
+        if self.heads:
+            pair_mask = f.op_valid[..., None, :] & f.op_valid[..., :, None]
+            ops = ops + self.attention(ops, mask=pair_mask[..., None, :, :])
+        else:
+            program = jnp.broadcast_to(
+                _masked_pool(ops, f.op_valid, axis=-2)[..., None, :],
+                (*ops.shape[:-1], 2 * ops.shape[-1]),
+            )
+            ops = ops + nnx.relu(self.context(jnp.concatenate([ops, program], axis=-1)))
         program = _masked_pool(ops, f.op_valid, axis=-2)
-        return self.out(nnx.gelu(self.out_hidden(program)))[..., 0]
+        return self.out(nnx.relu(self.out_hidden(program)))[..., 0]
 
 
 def build(config: ModelConfig):

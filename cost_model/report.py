@@ -122,3 +122,35 @@ def format_metrics(result: dict) -> str:
             + " |"
         )
     return "\n".join(lines)
+
+
+def evaluate_saved(model_dir: Path, dataset_path: Path) -> dict:
+    """Re-evaluate a saved model on the held-out programs recorded with it.
+
+    `dataset_path` is a measurement store (.db) or a Parquet export of one; the measurements
+    must come from the machine the model was trained on.
+    """
+    import tempfile
+
+    model = CostModel.load(model_dir)
+    machine = model.meta["machine_id"]
+    with tempfile.TemporaryDirectory() as tmp:
+        store_path = Path(dataset_path)
+        if store_path.suffix == ".parquet":
+            store_path = Path(tmp) / "seed.db"
+            with MeasurementStore(store_path) as store:
+                store.import_parquet(dataset_path)
+        with MeasurementStore(store_path) as store:
+            data = load_dataset(store, machine)
+    names = set(model.meta.get("held_out_programs", []))
+    held = {i for i, p in enumerate(data.programs) if p.name in names}
+    _, test = data.split_by_program(held)
+    surrogate, _ = held_out_metrics(model, test)
+    analytic, _ = held_out_metrics(AnalyticModel(), test)
+    return {
+        "machine_id": machine,
+        "held_out_programs": len(held),
+        "held_out_rows": len(test),
+        "surrogate": surrogate,
+        "analytic_baseline": analytic,
+    }

@@ -125,7 +125,42 @@ def cmd_demo(args) -> int:
     )
     plot = save_speedup_plot(rows, out_dir / "speedup.png")
     print(f"\nresults: {out_dir}/results.md, results.json" + (f", {plot.name}" if plot else ""))
+    _demo_surrogate(out_dir)
     return 0 if all(r["verified"] for r in rows) else 1
+
+
+SHIPPED_MODEL = Path(__file__).resolve().parent.parent / "data" / "cost_model"
+SHIPPED_DATA = Path(__file__).resolve().parent.parent / "data" / "seed"
+
+
+def _demo_surrogate(out_dir: Path) -> None:
+    """Load the shipped surrogate and print its metrics on its held-out programs."""
+    from cost_model.report import evaluate_saved, format_metrics
+    from mlirrl_jax.measure.fingerprint import machine_fingerprint
+
+    seeds = sorted(SHIPPED_DATA.glob("*.parquet"))
+    if not (SHIPPED_MODEL / "model.json").is_file() or not seeds:
+        print(
+            "\nno shipped surrogate yet (data/cost_model): collect measurements with "
+            "`mlirrl-jax collect` and train one with `mlirrl-jax fit-cost-model`"
+        )
+        return
+    print(
+        f"\nsurrogate cost model {SHIPPED_MODEL}, evaluated on its held-out programs "
+        f"with the seed dataset {seeds[0].name}:"
+    )
+    result = evaluate_saved(SHIPPED_MODEL, seeds[0])
+    print(format_metrics(result))
+    print(
+        f"({result['held_out_rows']} schedules of {result['held_out_programs']} held-out programs)"
+    )
+    (out_dir / "surrogate_metrics.json").write_text(json.dumps(result, indent=1))
+    here = machine_fingerprint()["machine_id"]
+    if result["machine_id"] != here:
+        print(
+            f"note: the shipped model was trained on machine {result['machine_id']}; this is "
+            f"{here}. Its predictions are not valid here: collect this machine's own data."
+        )
 
 
 def cmd_suite(args) -> int:

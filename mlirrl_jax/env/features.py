@@ -13,8 +13,10 @@ from flax import struct
 from mlirrl_jax.actions import MAX_LOOPS, MAX_OPS, MAX_TILE_LEVELS
 from mlirrl_jax.env.state import ARITH_KINDS, MAX_OPERANDS, OP_KINDS, EnvState, ProgramTable
 
-LOOP_FEATURES = 9 + MAX_TILE_LEVELS + MAX_OPERANDS
-OP_FEATURES = len(OP_KINDS) + len(ARITH_KINDS) + 14
+STATIC_LOOP_FEATURES = 5 + MAX_OPERANDS  # valid, reduction, log extent, window out/in, access
+STATIC_OP_FEATURES = len(OP_KINDS) + len(ARITH_KINDS) + 4  # kind, body ops, valid, sizes
+LOOP_FEATURES = STATIC_LOOP_FEATURES + 4 + MAX_TILE_LEVELS
+OP_FEATURES = STATIC_OP_FEATURES + 10
 
 
 @struct.dataclass
@@ -25,66 +27,87 @@ class Features:
     loop_valid: jax.Array  # (MAX_OPS, MAX_LOOPS) bool
 
 
-def _log2(x: jax.Array) -> jax.Array:
+def log2_scaled(x):
     """log2 of positive sizes, 0 for 0 (padding / not tiled); scaled to about [0, 1]."""
     return jnp.where(x > 0, jnp.log2(jnp.maximum(x, 1).astype(jnp.float32)) + 1.0, 0.0) / 16.0
+
+
+def static_features(table: ProgramTable) -> tuple[jax.Array, jax.Array]:
+    """The per-program part of the features, computed once when programs are encoded:
+    (P, MAX_OPS, STATIC_OP_FEATURES) and (P, MAX_OPS, MAX_LOOPS, STATIC_LOOP_FEATURES)."""
+    loops = jnp.arange(MAX_LOOPS)
+    window_out = jnp.any(table.window_out[..., None] == loops, axis=-2)
+    window_in = jnp.any(table.window_in[..., None] == loops, axis=-2)
+    loop = jnp.concatenate(
+        [
+            table.loop_valid[..., None],
+            table.is_reduction[..., None],
+            log2_scaled(table.extents)[..., None],
+            window_out[..., None],
+            window_in[..., None],
+            jnp.moveaxis(table.access, -2, -1) / 2.0,
+        ],
+        axis=-1,
+    ).astype(jnp.float32)
+    points = jnp.prod(jnp.where(table.loop_valid, table.extents, 1).astype(jnp.float32), axis=-1)
+    work = jnp.maximum(table.arith.sum(axis=-1), 1.0) * points
+    op = jnp.concatenate(
+        [
+            jax.nn.one_hot(table.op_kind, len(OP_KINDS)),
+            jnp.log1p(table.arith),
+            table.op_valid[..., None],
+            (jnp.log2(points) / 32.0)[..., None],
+            (jnp.log2(work) / 32.0)[..., None],
+            (jnp.log2(table.operand_bytes.sum(axis=-1) + 1.0) / 32.0)[..., None],
+        ],
+        axis=-1,
+    ).astype(jnp.float32)
+    return jnp.where(table.op_valid[..., None], op, 0.0), jnp.where(
+        table.loop_valid[..., None], loop, 0.0
+    )
 
 
 def features(table: ProgramTable, state: EnvState) -> Features:
     """Per-op and per-loop features of one environment's program and schedule."""
     p = state.program
-    full = table.extents[p]
     loop_valid = table.loop_valid[p]
     op_valid = table.op_valid[p]
-    positions = jnp.argsort(jnp.where(state.order >= 0, state.order, MAX_LOOPS), axis=1)
-    loop = jnp.concatenate(
+    ops = jnp.arange(MAX_OPS)
+    # position of each loop in the current order (the inverse of `order`)
+    slots = jnp.where(state.order >= 0, state.order, MAX_LOOPS)
+    positions = (
+        jnp.zeros((MAX_OPS, MAX_LOOPS + 1))
+        .at[ops[:, None], slots]
+        .set(jnp.arange(MAX_LOOPS, dtype=jnp.float32))[:, :MAX_LOOPS]
+    )
+    dynamic_loop = jnp.concatenate(
         [
-            loop_valid[..., None],
             state.alive[..., None],
-            table.is_reduction[p][..., None],
-            _log2(full)[..., None],
-            _log2(state.extents)[..., None],
+            log2_scaled(state.extents)[..., None],
             (positions / MAX_LOOPS)[..., None],
-            _log2(state.parallel_sizes)[..., None],
-            jnp.isin(jnp.arange(MAX_LOOPS), table.window_out[p]).astype(jnp.float32)[None, :, None]
-            * jnp.ones((MAX_OPS, 1, 1)),
-            jnp.isin(jnp.arange(MAX_LOOPS), table.window_in[p]).astype(jnp.float32)[None, :, None]
-            * jnp.ones((MAX_OPS, 1, 1)),
-            _log2(jnp.moveaxis(state.tile_sizes, 1, 2)),
-            jnp.moveaxis(table.access[p], 1, 2) / 2.0,
+            log2_scaled(state.parallel_sizes)[..., None],
+            log2_scaled(jnp.moveaxis(state.tile_sizes, 1, 2)),
         ],
         axis=-1,
     ).astype(jnp.float32)
+    loop = jnp.concatenate([table.static_loop[p], dynamic_loop], axis=-1)
     loop = jnp.where(loop_valid[..., None], loop, 0.0)
-    ops = jnp.arange(MAX_OPS)
-    points = jnp.prod(jnp.where(loop_valid, full, 1).astype(jnp.float32), axis=1)
     vector_points = jnp.prod(jnp.where(state.alive, state.extents, 1).astype(jnp.float32), axis=1)
-    arith = table.arith[p]
-    op = jnp.concatenate(
+    dynamic_op = jnp.stack(
         [
-            jax.nn.one_hot(table.op_kind[p], len(OP_KINDS)),
-            jnp.log1p(arith),
-            jnp.stack(
-                [
-                    op_valid,
-                    ops == state.cursor,
-                    ops > state.cursor,  # already scheduled (consumers come first)
-                    jnp.any(state.parallel_sizes > 0, axis=1),
-                    jnp.sum(jnp.any(state.tile_sizes > 0, axis=2), axis=1) / MAX_TILE_LEVELS,
-                    state.fused_into >= 0,
-                    state.did_fuse,
-                    state.interchanged,
-                    state.decomposed,
-                    state.vectorized,
-                    jnp.log2(points) / 32.0,
-                    jnp.log2(jnp.maximum(arith.sum(axis=1), 1.0) * points) / 32.0,
-                    jnp.log2(table.operand_bytes[p].sum(axis=1) + 1.0) / 32.0,
-                    jnp.log2(vector_points) / 32.0,
-                ],
-                axis=1,
-            ).astype(jnp.float32),
+            ops == state.cursor,
+            ops > state.cursor,  # already scheduled (consumers come first)
+            jnp.any(state.parallel_sizes > 0, axis=1),
+            jnp.sum(jnp.any(state.tile_sizes > 0, axis=2), axis=1) / MAX_TILE_LEVELS,
+            state.fused_into >= 0,
+            state.did_fuse,
+            state.interchanged,
+            state.decomposed,
+            state.vectorized,
+            jnp.log2(vector_points) / 32.0,
         ],
         axis=1,
     ).astype(jnp.float32)
+    op = jnp.concatenate([table.static_op[p], dynamic_op], axis=1)
     op = jnp.where(op_valid[:, None], op, 0.0)
     return Features(op, loop, op_valid, loop_valid)

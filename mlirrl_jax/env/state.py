@@ -56,6 +56,8 @@ class ProgramTable:
     access: jax.Array  # (P, MAX_OPS, MAX_OPERANDS, MAX_LOOPS) int32: NOT_USED/STRIDED/CONTIGUOUS
     operand_bytes: jax.Array  # (P, MAX_OPS, MAX_OPERANDS) float32
     operand_is_output: jax.Array  # (P, MAX_OPS, MAX_OPERANDS) bool
+    static_op: jax.Array | None = None  # (P, MAX_OPS, STATIC_OP_FEATURES) float32
+    static_loop: jax.Array | None = None  # (P, MAX_OPS, MAX_LOOPS, STATIC_LOOP_FEATURES) float32
 
     @property
     def n_programs(self) -> int:
@@ -127,8 +129,12 @@ def encode_programs(programs: list[Program]) -> ProgramTable:
     """Stack programs into one table (raises EncodingError for a program that does not fit)."""
     if not programs:
         raise EncodingError("no programs to encode")
+    from mlirrl_jax.env.features import static_features
+
     rows = [_encode_one(p) for p in programs]
-    return ProgramTable(**{k: jnp.asarray(np.stack([r[k] for r in rows])) for k in rows[0]})
+    table = ProgramTable(**{k: jnp.asarray(np.stack([r[k] for r in rows])) for k in rows[0]})
+    static_op, static_loop = static_features(table)
+    return table.replace(static_op=static_op, static_loop=static_loop)
 
 
 @struct.dataclass
