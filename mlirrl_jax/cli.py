@@ -226,6 +226,7 @@ def cmd_collect(args) -> int:
 
 
 def cmd_store(args) -> int:
+    from mlirrl_jax.measure.fingerprint import machine_fingerprint
     from mlirrl_jax.store import MeasurementStore
 
     with MeasurementStore(args.store) as store:
@@ -236,6 +237,10 @@ def cmd_store(args) -> int:
         elif args.action == "import":
             new = store.import_parquet(args.file, allow_other_machines=args.allow_other_machines)
             print(f"imported {new} new rows from {args.file}")
+        elif args.action == "card":
+            machine = args.machine or machine_fingerprint()["machine_id"]
+            text = store.card(machine, args.title, args.command or "")
+            Path(args.file).write_text(text) if args.file else print(text)
     return 0
 
 
@@ -319,8 +324,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_collect)
 
     p = sub.add_parser("store", help="summarize, export or import a measurement store")
-    p.add_argument("action", choices=["summary", "export", "import"])
-    p.add_argument("file", nargs="?", help="Parquet file (export/import)")
+    p.add_argument("action", choices=["summary", "export", "import", "card"])
+    p.add_argument("file", nargs="?", help="Parquet file (export/import), Markdown file (card)")
+    p.add_argument("--machine", help="machine id for the card (default: this one)")
+    p.add_argument("--title", default="Measurement dataset")
+    p.add_argument("--command", help="the command that collected the data, for the card")
     p.add_argument("--store", default="data/measurements.db")
     p.add_argument("--allow-other-machines", action="store_true")
     p.set_defaults(func=cmd_store)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import queue
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,39 +89,53 @@ def _programs(config: CollectConfig, split: str) -> list[Program]:
     return [load_program(e.uri) for e in entries]
 
 
-class _LocalBackend:
-    """Threads, each driving its own measurement worker process."""
+class _Backend:
+    """Measurers (callables task -> Measurement), each serving one task at a time, driven by a
+    thread pool: a thread waits on its measurer's worker, not on the GIL."""
 
-    def __init__(self, config: CollectConfig):
-        self.runners: queue.Queue[Runner] = queue.Queue()
-        for _ in range(config.workers):
-            self.runners.put(Runner(config.timeout_s, config.mem_limit_mb))
-        self.pool = ThreadPoolExecutor(config.workers)
-        self.config = config
+    def __init__(
+        self, measurers: list[Callable[[Task], Measurement]], shutdown: Callable[[], None]
+    ):
+        self.free: queue.Queue = queue.Queue()
+        for measurer in measurers:
+            self.free.put(measurer)
+        self.pool = ThreadPoolExecutor(len(measurers))
+        self._shutdown = shutdown
 
     def submit(self, task: Task) -> Future:
-        return self.pool.submit(self._measure, task)
+        return self.pool.submit(self._run, task)
 
-    def _measure(self, task: Task) -> Measurement:
-        runner = self.runners.get()
+    def _run(self, task: Task) -> Measurement:
+        measurer = self.free.get()
         try:
-            return runner.measure(
-                task.program,
-                task.schedule,
-                threads=self.config.threads,
-                method=self.config.method,
-                inject_fault=task.fault,
-            )
+            return measurer(task)
         finally:
-            self.runners.put(runner)
+            self.free.put(measurer)
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
-        while not self.runners.empty():
-            self.runners.get().close()
+        self._shutdown()
 
 
-def _ray_backend(config: CollectConfig):
+def _measure_with(runner: Runner, task: Task, config: CollectConfig) -> Measurement:
+    return runner.measure(
+        task.program,
+        task.schedule,
+        threads=config.threads,
+        method=config.method,
+        inject_fault=task.fault,
+    )
+
+
+def _local_backend(config: CollectConfig) -> _Backend:
+    """Measurement worker processes on this machine."""
+    runners = [Runner(config.timeout_s, config.mem_limit_mb) for _ in range(config.workers)]
+    measurers = [lambda task, r=runner: _measure_with(r, task, config) for runner in runners]
+    return _Backend(measurers, lambda: [r.close() for r in runners])
+
+
+def _ray_backend(config: CollectConfig) -> _Backend:
+    """Ray actors, each holding a Runner (its own measurement worker) on a cluster node."""
     try:
         import ray
     except ImportError:
@@ -129,41 +143,16 @@ def _ray_backend(config: CollectConfig):
 
     @ray.remote(num_cpus=1)
     class MeasureActor:
-        def __init__(self, timeout_s: float, mem_limit_mb: int):
-            self.runner = Runner(timeout_s, mem_limit_mb)
-
-        def measure(self, program, schedule, threads, method, fault):
-            return self.runner.measure(
-                program, schedule, threads=threads, method=method, inject_fault=fault
-            )
-
-    class RayBackend:
         def __init__(self):
-            ray.init(address=config.address, ignore_reinit_error=True, log_to_driver=False)
-            self.actors: queue.Queue = queue.Queue()
-            for _ in range(config.workers):
-                self.actors.put(MeasureActor.remote(config.timeout_s, config.mem_limit_mb))
-            self.pool = ThreadPoolExecutor(config.workers)
+            self.runner = Runner(config.timeout_s, config.mem_limit_mb)
 
-        def submit(self, task: Task) -> Future:
-            return self.pool.submit(self._measure, task)
+        def measure(self, task: Task) -> Measurement:
+            return _measure_with(self.runner, task, config)
 
-        def _measure(self, task: Task) -> Measurement:
-            actor = self.actors.get()
-            try:
-                return ray.get(
-                    actor.measure.remote(
-                        task.program, task.schedule, config.threads, config.method, task.fault
-                    )
-                )
-            finally:
-                self.actors.put(actor)
-
-        def close(self):
-            self.pool.shutdown(wait=True, cancel_futures=True)
-            ray.shutdown()
-
-    return RayBackend()
+    ray.init(address=config.address, ignore_reinit_error=True, log_to_driver=False)
+    actors = [MeasureActor.remote() for _ in range(config.workers)]
+    measurers = [lambda task, a=actor: ray.get(a.measure.remote(task)) for actor in actors]
+    return _Backend(measurers, ray.shutdown)
 
 
 class CollectionJob:
@@ -239,7 +228,7 @@ class CollectionJob:
             smoothing=0.05,
             mininterval=1.0,
         )
-        backend = _ray_backend(config) if config.backend == "ray" else _LocalBackend(config)
+        backend = _ray_backend(config) if config.backend == "ray" else _local_backend(config)
         pending: dict[Future, Task] = {}
         buffer: list[Measurement] = []
         last_commit = time.monotonic()

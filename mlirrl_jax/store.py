@@ -252,6 +252,51 @@ class MeasurementStore:
             "machines": sorted(self.machines()),
         }
 
+    def card(self, machine_id: str, title: str, command: str) -> str:
+        """A data card (Markdown) for one machine's measurements."""
+        rows = list(self.rows(machine_id=machine_id))
+        if not rows:
+            raise StoreError(f"no measurements of machine {machine_id}")
+        fingerprint = rows[-1]["fingerprint"]
+        machine, toolchain = fingerprint["machine"], fingerprint["toolchain"]
+        verified = [r for r in rows if r["status"] == "ok"]
+        statuses: dict[str, int] = {}
+        for r in rows:
+            statuses[r["status"]] = statuses.get(r["status"], 0) + 1
+        baselines = sum(1 for r in verified if r["schedule"] == {"format": 1, "ops": []})
+        programs = {r["program_hash"] for r in verified}
+        sampled = {r["program_hash"] for r in verified if r["schedule"]["ops"]}
+        methods = {json.dumps(r["method"], sort_keys=True) for r in rows}
+        first, last = min(r["created_at"] for r in rows), max(r["updated_at"] for r in rows)
+        day = lambda t: time.strftime("%Y-%m-%d %H:%M", time.gmtime(t))  # noqa: E731
+        return "\n".join(
+            [
+                f"# {title}",
+                "",
+                f"Measurements of machine `{machine_id}`; times are only comparable on this machine.",
+                "",
+                "| | |",
+                "|---|---|",
+                f"| CPU | {machine['cpu_model']} ({machine['arch']}, {machine['cores']} cores) |",
+                f"| ISA flags | {', '.join(machine['isa_flags'])} |",
+                f"| caches | {', '.join(f'{k} {v}' for k, v in machine['caches'].items())} |",
+                f"| toolchain | {', '.join(f'{k} {v}' for k, v in toolchain.items() if k != 'toolchain_id')} |",
+                f"| collected | {day(first)} to {day(last)} UTC |",
+                f"| rows | {len(rows)}: {', '.join(f'{k} {v}' for k, v in sorted(statuses.items()))} |",
+                f"| verified | {len(verified)} over {len(programs)} programs; {baselines} baselines; "
+                f"sampled schedules on {len(sampled)} programs |",
+                f"| timing method | {'; '.join(sorted(methods))} |",
+                "",
+                f"Collected with: `{command}`",
+                "",
+                "Each row: program (hash, name, MLIR in the programs table), schedule (JSON, hash),",
+                "machine and toolchain fingerprint, timing method, median / min / spread of the run time,",
+                "whether the output matched the NumPy reference, the failure reason if any, timestamps.",
+                "Failures are kept as data: crash, timeout, oom, wrong_output, compile_error.",
+                "",
+            ]
+        )
+
     # -- exchange
     def export_parquet(self, path: str | Path, machine_id: str | None = None) -> int:
         """Write measurements (and their programs) to a Parquet file; returns the row count."""

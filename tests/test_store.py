@@ -114,3 +114,12 @@ def test_schema_version_is_checked(tmp_path):
     db.close()
     with pytest.raises(StoreError, match="schema version 99"):
         MeasurementStore(path)
+
+
+def test_data_card_describes_machine_and_counts(store, matmul):
+    store.put([measurement(matmul), measurement(matmul, schedule=Schedule(), status="timeout")])
+    card = store.card(machine(), "Seed", "mlirrl-jax collect --budget 2")
+    assert f"`{machine()}`" in card and "ok 1, timeout 1" in card
+    assert "mlirrl-jax collect --budget 2" in card
+    with pytest.raises(StoreError, match="no measurements"):
+        store.card("nowhere", "x", "")
