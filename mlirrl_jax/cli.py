@@ -245,11 +245,16 @@ def cmd_store(args) -> int:
 
 
 def cmd_fit_cost_model(args) -> int:
+    from cost_model.model import ModelConfig
     from cost_model.report import fit_and_report, format_metrics
     from cost_model.train import TrainConfig
     from mlirrl_jax.measure.fingerprint import machine_fingerprint
 
-    config = TrainConfig(epochs=args.epochs, seed=args.seed)
+    config = TrainConfig(
+        epochs=args.epochs,
+        seed=args.seed,
+        model=ModelConfig(op_width=args.op_width, heads=args.heads, seed=args.seed),
+    )
     machine = args.machine or machine_fingerprint()["machine_id"]
     result = fit_and_report(Path(args.store), Path(args.out), machine, config)
     print(format_metrics(result))
@@ -337,7 +342,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--store", default="data/measurements.db")
     p.add_argument("--out", default=f"runs/cost-model-{time.strftime('%Y%m%d-%H%M%S')}")
     p.add_argument("--machine", help="machine id whose measurements to use (default: this one)")
-    p.add_argument("--epochs", type=int, default=80)
+    p.add_argument("--epochs", type=int, default=300)
+    p.add_argument("--op-width", type=int, default=32, help="width of the op tokens")
+    p.add_argument("--heads", type=int, default=2, help="attention heads across ops (0: none)")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_fit_cost_model)
 

@@ -186,6 +186,7 @@ class CollectionJob:
         faults = list(self.config.inject_faults)
         for program in self.baseline_programs:
             if Schedule().hash not in self._known[program.hash]:
+                self._known[program.hash].add(Schedule().hash)  # sampled empty schedules skip it
                 yield Task(program, Schedule())
         deep = EpisodeSampler(self.programs, random_policy(self.config.next_weight))
         uniform = EpisodeSampler(self.programs, random_policy(1.0), deep.table)
