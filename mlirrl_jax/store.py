@@ -294,6 +294,10 @@ class MeasurementStore:
                 "whether the output matched the NumPy reference, the failure reason if any, timestamps.",
                 "Failures are kept as data: crash, timeout, oom, wrong_output, compile_error.",
                 "",
+                "Use: `mlirrl-jax store import <this parquet> --store data/measurements.db`, then",
+                "`mlirrl-jax fit-cost-model --store data/measurements.db`. On another machine,",
+                "collect that machine's own data: times do not transfer.",
+                "",
             ]
         )
 
