@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from mlirrl_jax.actions import NEXT, encode_action
@@ -141,7 +140,3 @@ def held_out_programs(
         int(i) for i in rng.choice(others, size=int(round(share * len(others))), replace=False)
     }
     return held
-
-
-def as_jnp(features: Features) -> Features:
-    return jax.tree.map(jnp.asarray, features)

@@ -68,31 +68,30 @@ def test_step_is_traced_once(table):
     traced(table, pool, other, encode_action(NEXT))  # another program: no retrace
 
 
-def test_replay_reaches_the_jax_state_at_every_step(programs, table):
+def random_episodes(programs, table, n, seed):
+    """(program index, states, applied actions) of `n` random masked episodes, round-robin."""
     env = JaxEnv(auto_reset=False)
     step = jax.jit(env.step)
     pool = jnp.arange(len(programs))
-    key = jax.random.PRNGKey(7)
-    for episode in range(30):
+    key = jax.random.PRNGKey(seed)
+    for episode in range(n):
         key, sub = jax.random.split(key)
         index = episode % len(programs)
         states, actions, _ = run_episode(
             env, table, index, sub, lambda s, a: step(table, pool, s, a)
         )
+        yield index, states, actions
+
+
+def test_replay_reaches_the_jax_state_at_every_step(programs, table):
+    for index, states, actions in random_episodes(programs, table, 30, seed=7):
         for t in range(1, len(states)):
             _, host = replay(programs[index], actions[:t])
             assert host.differences(HostState.from_env_state(states[t])) == [], (index, t)
 
 
 def test_schedule_round_trips_through_actions(programs, table):
-    env = JaxEnv(auto_reset=False)
-    step = jax.jit(env.step)
-    pool = jnp.arange(len(programs))
-    key = jax.random.PRNGKey(3)
-    for episode in range(20):
-        key, sub = jax.random.split(key)
-        index = episode % len(programs)
-        _, actions, _ = run_episode(env, table, index, sub, lambda s, a: step(table, pool, s, a))
+    for index, _, actions in random_episodes(programs, table, 20, seed=3):
         schedule, host = replay(programs[index], actions)
         again, host_again = replay(programs[index], schedule_to_actions(programs[index], schedule))
         assert again == schedule
