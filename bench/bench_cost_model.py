@@ -1,10 +1,11 @@
 """Surrogate inference throughput under jit: states -> features -> predicted log time.
 
-    python bench/bench_cost_model.py [--model data/cost_model] [--batch 4096] [--repeats 30]
+    python bench/bench_cost_model.py [--model data/cost_model] [--members N] [--batch 4096] [--repeats 30]
 
 Batched prediction from environment states (features included, as the reward computes it),
 median over repeats with block_until_ready; without --model, a freshly initialized network of
-the default configuration (the same computation).
+the default configuration or of --members networks (the same computation). Also times the
+features alone.
 """
 
 from __future__ import annotations
@@ -19,10 +20,24 @@ import jax.numpy as jnp
 
 from cost_model.api import CostModel
 from cost_model.model import ModelConfig, build
+from mlirrl_jax.env.features import features
 from mlirrl_jax.env.state import encode_programs, initial_state
 from mlirrl_jax.measure.fingerprint import machine_fingerprint
 from mlirrl_jax.programs import suites
 from mlirrl_jax.programs.ir import load_program
+
+
+def _timed(fn, table, states, repeats: int) -> tuple[float, float]:
+    """(median seconds of a call, seconds of the first call: compilation included)."""
+    start = time.perf_counter()
+    jax.block_until_ready(fn(table, states))
+    compile_s = time.perf_counter() - start
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(table, states))
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), compile_s
 
 
 def main() -> None:
@@ -30,26 +45,22 @@ def main() -> None:
     parser.add_argument("--model", default=None)
     parser.add_argument("--batch", type=int, default=4096)
     parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--members", type=int, help="without --model: ensemble size to time")
     args = parser.parse_args()
     if args.model:
         model = CostModel.load(args.model)
     else:
-        graphdef, params = build(ModelConfig())
-        model = CostModel(graphdef, params, 0.0, 1.0, {})
+        config = ModelConfig(members=args.members) if args.members else ModelConfig()
+        graphdef, params = build(config)
+        model = CostModel(graphdef, params, {})
     programs = [load_program(e.uri) for e in suites.split("dl-v0", "train")]
     table = encode_programs(programs)
     ids = jnp.arange(args.batch) % len(programs)
     states = jax.vmap(lambda i: initial_state(table, i, jax.random.PRNGKey(0)))(ids)
-    predict = jax.jit(model.predict)
-    start = time.perf_counter()
-    jax.block_until_ready(predict(table, states))
-    compile_s = time.perf_counter() - start
-    times = []
-    for _ in range(args.repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(predict(table, states))
-        times.append(time.perf_counter() - start)
-    median = statistics.median(times)
+    median, compile_s = _timed(jax.jit(model.predict), table, states, args.repeats)
+    features_only, _ = _timed(
+        jax.jit(jax.vmap(features, in_axes=(None, 0))), table, states, args.repeats
+    )
     params = sum(x.size for x in jax.tree.leaves(model.params))
     print(
         f"date {time.strftime('%Y-%m-%d')}  machine {machine_fingerprint()['cpu_model']} "
@@ -59,6 +70,10 @@ def main() -> None:
     print(
         f"batch {args.batch}: median {median * 1e3:.1f} ms over {args.repeats} repeats; "
         f"{args.batch / median:,.0f} predictions/s (features included); compile {compile_s:.1f} s"
+    )
+    print(
+        f"features alone: median {features_only * 1e3:.1f} ms, "
+        f"{args.batch / features_only:,.0f} states/s"
     )
 
 

@@ -25,19 +25,17 @@ from mlirrl_jax.env.analytic import analytic_log_time
 from mlirrl_jax.env.features import features
 from mlirrl_jax.env.state import EnvState, ProgramTable
 
-FEATURE_VERSION = 1  # bump when features change: old checkpoints then refuse to load
+FEATURE_VERSION = 2  # bump when features change: old checkpoints then refuse to load
 
 
 class CostModel:
     """The trained surrogate."""
 
-    def __init__(self, graphdef, params, mean: float, std: float, meta: dict):
+    def __init__(self, graphdef, params, meta: dict):
         self.graphdef = graphdef
         self.params = params
-        self.mean = mean
-        self.std = std
         self.meta = meta
-        self._predict_features = jax.jit(lambda p, f: apply(graphdef, p, f) * std + mean)
+        self._predict_features = jax.jit(lambda p, f: apply(graphdef, p, f))
 
     # -- prediction
     def predict_features(self, feats) -> jax.Array:
@@ -47,14 +45,14 @@ class CostModel:
     def log_time(self, table: ProgramTable, state: EnvState) -> jax.Array:
         """Predicted log time of one state (jittable; vmap for batches)."""
         feats = jax.lax.optimization_barrier(features(table, state))
-        return apply(self.graphdef, self.params, feats) * self.std + self.mean
+        return apply(self.graphdef, self.params, feats)
 
     def predict(self, table: ProgramTable, states: EnvState) -> jax.Array:
         """Predicted log times of a batch of states (the network runs on the whole batch)."""
         # the barrier keeps XLA from fusing feature assembly into the network's layers,
         # which made the whole prediction about 1.6x slower on CPU
         batch = jax.lax.optimization_barrier(jax.vmap(features, in_axes=(None, 0))(table, states))
-        return apply(self.graphdef, self.params, batch) * self.std + self.mean
+        return apply(self.graphdef, self.params, batch)
 
     @property
     def log_time_fn(self):
@@ -70,7 +68,7 @@ class CostModel:
         progress: bool = True,
     ) -> tuple[CostModel, list]:
         config = config or TrainConfig()
-        graphdef, params, (mean, std), history = fit(data, config, progress=progress)
+        graphdef, params, history = fit(data, config, progress=progress)
         meta = {
             "feature_version": FEATURE_VERSION,
             "machine_id": machine_id,
@@ -78,7 +76,7 @@ class CostModel:
             "rows": len(data),
             "programs": len(data.programs),
         }
-        return cls(graphdef, params, mean, std, meta), history
+        return cls(graphdef, params, meta), history
 
     def update(self, data: Dataset, epochs: int = 20, progress: bool = False) -> CostModel:
         """Fine-tune from the current weights on new measurements; returns the new model."""
@@ -86,26 +84,22 @@ class CostModel:
             **{**self.meta["train"], "model": ModelConfig(**self.meta["train"]["model"])}
         )
         config = replace(config, epochs=epochs, learning_rate=config.learning_rate / 4)
-        graphdef, params, _, _ = fit(
-            data,
-            config,
-            init=(self.graphdef, self.params),
-            normalization=(self.mean, self.std),
-            progress=progress,
+        graphdef, params, _ = fit(
+            data, config, init=(self.graphdef, self.params), progress=progress
         )
         meta = {
             **self.meta,
             "updates": self.meta.get("updates", 0) + 1,
             "rows": self.meta["rows"] + len(data),
         }
-        return CostModel(graphdef, params, self.mean, self.std, meta)
+        return CostModel(graphdef, params, meta)
 
     # -- persistence
     def save(self, directory: str | os.PathLike) -> Path:
         """An orbax checkpoint (parameters) plus JSON metadata, in `directory`."""
         directory = Path(directory).resolve()  # orbax needs absolute paths
         directory.mkdir(parents=True, exist_ok=True)
-        meta = {**self.meta, "mean": self.mean, "std": self.std}
+        meta = dict(self.meta)
         with ocp.CheckpointManager(
             directory / "checkpoint", options=ocp.CheckpointManagerOptions(max_to_keep=1)
         ) as manager:
@@ -141,7 +135,7 @@ class CostModel:
                 args=ocp.args.Composite(params=ocp.args.StandardRestore(target)),
             )
         nnx.replace_by_pure_dict(params, restored["params"])
-        return cls(graphdef, params, meta["mean"], meta["std"], meta)
+        return cls(graphdef, params, meta)
 
 
 class AnalyticModel:

@@ -1,9 +1,10 @@
-"""The surrogate network (Flax NNX): loops -> ops -> program -> predicted log run time.
+"""The surrogate network (Flax NNX): loops -> ops -> per-op times -> program run time.
 
-Each loop is a token (its extents, tiling, order, how it walks each operand); an op pools its
-loop tokens (masked mean and max) with its own features; one self-attention layer lets ops see
-each other (producers, consumers, fusion); the pooled ops give the prediction. Used in the
-functional style: `nnx.split` once, then plain jit over the parameters.
+An op reads its loops' features (extents, tiling, order, how each loop walks each operand) with
+its own (kind, body, footprints per tiling level, innermost loops, vector lengths); one
+self-attention layer lets ops see each other (producers, consumers, fusion); each op then gets a
+predicted time per iteration point, and the program's time is the sum of its ops' times. Used
+in the functional style: `nnx.split` once, then plain jit over the parameters.
 """
 
 from __future__ import annotations
@@ -23,10 +24,14 @@ class ModelConfig:
     loop_width: int = 0  # loop token size (0: an op reads its loops' features flattened)
     op_width: int = 32  # op token size
     heads: int = 2  # attention heads across ops (0: ops exchange a pooled context instead)
+    members: int = 5  # an ensemble of this many networks (different initial weights), averaged
     seed: int = 0
 
     def to_json(self) -> dict:
         return asdict(self)
+
+
+INITIAL_LOG_SECONDS_PER_POINT = -20.7  # about 1 ns
 
 
 def _masked_pool(x: jax.Array, mask: jax.Array, axis: int) -> jax.Array:
@@ -56,11 +61,18 @@ class CostNet(nnx.Module):
         else:
             self.context = nnx.Linear(3 * ow, ow, rngs=rngs)
         self.heads = config.heads
-        self.out_hidden = nnx.Linear(2 * ow, ow, rngs=rngs)
-        self.out = nnx.Linear(ow, 1, rngs=rngs)
+        self.out_hidden = nnx.Linear(ow, ow, rngs=rngs)
+        # per-op log seconds per iteration point; starts near 1 ns a point
+        self.out = nnx.Linear(
+            ow, 1, bias_init=nnx.initializers.constant(INITIAL_LOG_SECONDS_PER_POINT), rngs=rngs
+        )
 
     def __call__(self, f: Features) -> jax.Array:
-        """Predicted (standardized) log time; `f` arrays carry any leading batch axes."""
+        """Predicted log run time (seconds); `f` arrays carry any leading batch axes.
+
+        Each op gets a time (its points times a predicted time per point) and the program's
+        time is their sum: a program of several ops costs what its ops cost.
+        """
         if self.loop_width:
             loops = nnx.relu(self.loop_in(f.loop_features))
             loops = nnx.relu(self.loop_hidden(loops)) + loops
@@ -78,14 +90,26 @@ class CostNet(nnx.Module):
                 (*ops.shape[:-1], 2 * ops.shape[-1]),
             )
             ops = ops + nnx.relu(self.context(jnp.concatenate([ops, program], axis=-1)))
-        program = _masked_pool(ops, f.op_valid, axis=-2)
-        return self.out(nnx.relu(self.out_hidden(program)))[..., 0]
+        per_point = self.out(nnx.relu(self.out_hidden(ops)))[..., 0]
+        op_log_time = jnp.where(f.op_valid, per_point + f.log_points, -jnp.inf)
+        return jax.nn.logsumexp(op_log_time, axis=-1)
 
 
 def build(config: ModelConfig):
-    """(graphdef, params) of a fresh network."""
-    return nnx.split(CostNet(config, nnx.Rngs(config.seed)), nnx.Param)
+    """(graphdef, params) of a fresh ensemble: one network's graph, parameters stacked on a
+    leading axis of `config.members`."""
+    members = [
+        nnx.split(CostNet(config, nnx.Rngs(config.seed + 1000 * i)), nnx.Param)
+        for i in range(max(1, config.members))
+    ]
+    return members[0][0], jax.tree.map(lambda *p: jnp.stack(p), *[m[1] for m in members])
+
+
+def apply_members(graphdef, params, features: Features) -> jax.Array:
+    """Each member's predicted log time: shape (members, *batch)."""
+    return jax.vmap(lambda p: nnx.merge(graphdef, p)(features))(params)
 
 
 def apply(graphdef, params, features: Features) -> jax.Array:
-    return nnx.merge(graphdef, params)(features)
+    """The ensemble's predicted log time (members averaged in log space)."""
+    return apply_members(graphdef, params, features).mean(axis=0)

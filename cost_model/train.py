@@ -14,21 +14,23 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from flax import nnx
 from tqdm import tqdm
 
 from cost_model.dataset import Dataset
-from cost_model.model import ModelConfig, apply, build
+from cost_model.model import ModelConfig, build
 
 
 @dataclass(frozen=True)
 class TrainConfig:
     """How the surrogate is fitted."""
 
-    epochs: int = 80  # passes over the training rows
+    epochs: int = 200  # passes over the training rows
     programs_per_batch: int = 16  # programs sampled per batch
     rows_per_program: int = 16  # rows sampled per program in a batch
     learning_rate: float = 2e-3  # peak of the warmup-cosine schedule
     weight_decay: float = 1e-4
+    feature_noise: float = 0.03  # std of Gaussian noise added to op and loop features in training
     difference_weight: float = 1.0  # weight of the within-program log-time difference loss
     rank_weight: float = 0.5  # weight of the within-program logistic ranking loss
     seed: int = 0
@@ -39,8 +41,17 @@ class TrainConfig:
 
 
 def loss_fn(graphdef, params, features, target, program, config: TrainConfig):
-    """Squared error + within-program difference and ranking losses (standardized units)."""
-    predicted = apply(graphdef, params, features)
+    """Squared error + within-program difference and ranking losses (log seconds), summed over
+    ensemble members; every array has a leading member axis: each member its own batch."""
+
+    def member(p, f, t, prog):
+        return _member_loss(nnx.merge(graphdef, p)(f), t, prog, config)
+
+    total, parts = jax.vmap(member)(params, features, target, program)
+    return total.sum(), jax.tree.map(jnp.mean, parts)
+
+
+def _member_loss(predicted, target, program, config: TrainConfig):
     mse = jnp.mean((predicted - target) ** 2)
     same = (program[:, None] == program[None, :]) & ~jnp.eye(program.shape[0], dtype=bool)
     diff_pred = predicted[:, None] - predicted[None, :]
@@ -52,6 +63,18 @@ def loss_fn(graphdef, params, features, target, program, config: TrainConfig):
     rank = rank / jnp.maximum(ordered.sum(), 1)
     total = mse + config.difference_weight * difference + config.rank_weight * rank
     return total, {"mse": mse, "difference": difference, "rank": rank}
+
+
+def _with_noise(features, key, std: float):
+    """Features with Gaussian noise on the valid ops' and loops' entries (a regularizer)."""
+    k_op, k_loop = jax.random.split(key)
+    op = features.op_features
+    loop = features.loop_features
+    return features.replace(
+        op_features=op + std * jax.random.normal(k_op, op.shape) * features.op_valid[..., None],
+        loop_features=loop
+        + std * jax.random.normal(k_loop, loop.shape) * features.loop_valid[..., None],
+    )
 
 
 def _batches(data: Dataset, config: TrainConfig, rng: np.random.Generator, steps: int):
@@ -67,14 +90,13 @@ def _batches(data: Dataset, config: TrainConfig, rng: np.random.Generator, steps
         )
 
 
-def fit(data: Dataset, config: TrainConfig, init=None, normalization=None, progress=True):
+def fit(data: Dataset, config: TrainConfig, init=None, progress=True):
     """Train on `data`; `init` = (graphdef, params) continues from those weights (fine-tuning).
 
-    Returns (graphdef, params, (mean, std), history).
+    Returns (graphdef, params, history).
     """
     graphdef, params = init if init is not None else build(config.model)
-    mean, std = normalization or (float(data.log_time.mean()), float(data.log_time.std() + 1e-6))
-    target_all = (data.log_time - mean) / std
+    target_all = data.log_time
     batch = config.programs_per_batch * config.rows_per_program
     steps = max(10, config.epochs * len(data) // batch)
     warmup = min(200, steps // 10)
@@ -83,18 +105,24 @@ def fit(data: Dataset, config: TrainConfig, init=None, normalization=None, progr
     opt_state = optimizer.init(params)
 
     @jax.jit
-    def train_step(params, opt_state, features, target, program):
+    def train_step(params, opt_state, features, target, program, key):
+        if config.feature_noise:
+            features = _with_noise(features, key, config.feature_noise)
         (loss, parts), grads = jax.value_and_grad(loss_fn, argnums=1, has_aux=True)(
             graphdef, params, features, target, program, config
         )
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss, parts
 
-    rng = np.random.default_rng(config.seed)
+    members = jax.tree.leaves(params)[0].shape[0]
+    streams = [
+        _batches(data, config, np.random.default_rng([config.seed, m]), steps)
+        for m in range(members)
+    ]
     history = []
     started = time.perf_counter()
     bar = tqdm(total=steps, disable=not progress, unit="step", mininterval=1.0)
-    for step, rows in enumerate(_batches(data, config, rng, steps)):
+    for step, rows in enumerate(map(np.stack, zip(*streams))):  # (members, batch)
         features = jax.tree.map(lambda a, r=rows: jnp.asarray(a[r]), data.features)
         params, opt_state, loss, parts = train_step(
             params,
@@ -102,6 +130,7 @@ def fit(data: Dataset, config: TrainConfig, init=None, normalization=None, progr
             features,
             jnp.asarray(target_all[rows]),
             jnp.asarray(data.program[rows]),
+            jax.random.PRNGKey(config.seed * 100_003 + step),
         )
         if step % 100 == 0 or step == steps - 1:
             record = {
@@ -114,4 +143,4 @@ def fit(data: Dataset, config: TrainConfig, init=None, normalization=None, progr
             bar.set_postfix(loss=f"{record['loss']:.3f}", refresh=False)
         bar.update(1)
     bar.close()
-    return graphdef, params, (mean, std), history
+    return graphdef, params, history

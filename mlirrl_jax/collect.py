@@ -193,6 +193,7 @@ class CollectionJob:
         rng = np.random.default_rng(self.config.seed)
         key = jax.random.PRNGKey(self.config.seed)
         order = rng.permutation(len(self.programs))
+        stored_at_start = self.stored_for_split()
         misses = 0
         while True:
             for index in order:
@@ -206,7 +207,9 @@ class CollectionJob:
                 known.add(schedule.hash)  # in flight: not drawn twice
                 misses = 0
                 yield Task(self.programs[index], schedule, faults.pop(0) if faults else None)
-            if misses > 50 * len(self.programs):  # the space is exhausted for this sampler
+            # a rerun first draws again what the store has (each stored schedule skips once);
+            # beyond that, a long run of known schedules means the space is exhausted
+            if misses > 50 * len(self.programs) + stored_at_start:
                 return
 
     def run(self) -> CollectReport:

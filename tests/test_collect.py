@@ -159,3 +159,25 @@ def test_ray_backend_against_a_local_ray_instance(tmp_path):
     finally:
         subprocess.run([ray_bin, "stop", "--force"], capture_output=True, timeout=120)
         shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_a_rerun_fast_forwards_past_more_stored_schedules_than_the_exhaustion_limit(tmp_path):
+    # one program: the sampler gives up after 50 draws in a row that the store already has;
+    # a rerun over 60 stored schedules must not take its fast-forward for exhaustion
+    def config(budget):
+        return CollectConfig(
+            store=tmp_path / "e.db",
+            budget=budget,
+            workers=2,
+            max_mflops=0.5,
+            max_programs=1,
+            baselines_of=("train",),
+            method=QUICK,
+            progress=False,
+        )
+
+    first = CollectionJob(config(60)).run()
+    assert first.stored_for_split == 60
+    again = CollectionJob(config(66)).run()
+    assert again.stored_for_split == 66 and again.new_rows == 6
+    assert duplicates(tmp_path / "e.db") == 0

@@ -13,10 +13,27 @@ from flax import struct
 from mlirrl_jax.actions import MAX_LOOPS, MAX_OPS, MAX_TILE_LEVELS
 from mlirrl_jax.env.state import ARITH_KINDS, MAX_OPERANDS, OP_KINDS, EnvState, ProgramTable
 
-STATIC_LOOP_FEATURES = 5 + MAX_OPERANDS  # valid, reduction, log extent, window out/in, access
+# valid, reduction, log extent, window out/in, access, stride and its alignment per operand
+STATIC_LOOP_FEATURES = 5 + 3 * MAX_OPERANDS
 STATIC_OP_FEATURES = len(OP_KINDS) + len(ARITH_KINDS) + 4  # kind, body ops, valid, sizes
 LOOP_FEATURES = STATIC_LOOP_FEATURES + 4 + MAX_TILE_LEVELS
-OP_FEATURES = STATIC_OP_FEATURES + 10
+N_LEVELS = 2 + MAX_TILE_LEVELS  # whole op, parallel tile, each tiling level (innermost last)
+N_INNER = 2  # innermost loops of the point nest described
+N_WORKING_SETS = 3  # working sets of the innermost 1, 2, 3 loops of the point nest
+CACHE_LINE = 64.0
+# per level: footprint per operand and in all; trips per level and in all; per inner loop:
+# access code one-hot, stride and its alignment per operand, reduction, extent; none left; per
+# operand: contiguous extent and whether it fills whole 8-lane vectors
+LOCALITY_FEATURES = (
+    N_LEVELS * (MAX_OPERANDS + 1)
+    + N_LEVELS
+    + 1
+    + N_INNER * (5 * MAX_OPERANDS + 2)
+    + 1
+    + 2 * MAX_OPERANDS
+    + N_WORKING_SETS * (MAX_OPERANDS + 1)
+)
+OP_FEATURES = STATIC_OP_FEATURES + 10 + LOCALITY_FEATURES
 
 
 @struct.dataclass
@@ -25,11 +42,23 @@ class Features:
     loop_features: jax.Array  # (MAX_OPS, MAX_LOOPS, LOOP_FEATURES) float32
     op_valid: jax.Array  # (MAX_OPS,) bool
     loop_valid: jax.Array  # (MAX_OPS, MAX_LOOPS) bool
+    log_points: jax.Array  # (MAX_OPS,) float32, natural log of the op's iteration points
 
 
 def log2_scaled(x):
     """log2 of positive sizes, 0 for 0 (padding / not tiled); scaled to about [0, 1]."""
     return jnp.where(x > 0, jnp.log2(jnp.maximum(x, 1).astype(jnp.float32)) + 1.0, 0.0) / 16.0
+
+
+def stride_features(stride: jax.Array) -> jax.Array:
+    """(..., 2): log2 of a byte stride, and its power-of-two alignment (cache set aliasing)."""
+    s = jnp.maximum(stride, 1.0)
+    # trailing zero bits of the stride: large ones map successive steps to few cache sets
+    whole = s.astype(jnp.int32)
+    aligned = jnp.minimum(jnp.log2((whole & -whole).astype(jnp.float32)), 16.0)
+    return jnp.where(
+        stride[..., None] > 0, jnp.stack([jnp.log2(s) / 32.0, aligned / 16.0], axis=-1), 0.0
+    )
 
 
 def static_features(table: ProgramTable) -> tuple[jax.Array, jax.Array]:
@@ -46,6 +75,9 @@ def static_features(table: ProgramTable) -> tuple[jax.Array, jax.Array]:
             window_out[..., None],
             window_in[..., None],
             jnp.moveaxis(table.access, -2, -1) / 2.0,
+            jnp.moveaxis(stride_features(table.stride), -3, -2).reshape(
+                *table.stride.shape[:2], MAX_LOOPS, 2 * MAX_OPERANDS
+            ),
         ],
         axis=-1,
     ).astype(jnp.float32)
@@ -65,6 +97,133 @@ def static_features(table: ProgramTable) -> tuple[jax.Array, jax.Array]:
     return jnp.where(table.op_valid[..., None], op, 0.0), jnp.where(
         table.loop_valid[..., None], loop, 0.0
     )
+
+
+def level_extents(table: ProgramTable, state: EnvState) -> jax.Array:
+    """(N_LEVELS, MAX_OPS, MAX_LOOPS) loop extents of each level of the tiled loop nest.
+
+    Level 0 is the whole op (for a fused producer: the slice its consumer's tile needs), level
+    1 the parallel tile, then each tiling level; the last equals the state's current extents.
+    """
+    p = state.program
+    full = jnp.where(table.loop_valid[p], table.extents[p], 1)
+    consumer = table.fusion_consumer[p]
+    loop_map = table.fusion_loop_map[p]
+    parallel = jnp.where(state.parallel_sizes > 0, state.parallel_sizes, full)
+    whole = full
+    for _ in range(2):  # a fused producer sees its consumer's tile (chains of three)
+        from_consumer = jnp.take_along_axis(
+            parallel[jnp.maximum(consumer, 0)], jnp.maximum(loop_map, 0), axis=1
+        )
+        fused = (state.fused_into >= 0)[:, None] & (loop_map >= 0)
+        whole = jnp.where(fused, jnp.minimum(from_consumer, full), full)
+        parallel = jnp.where(state.parallel_sizes > 0, state.parallel_sizes, whole)
+    levels = [whole, parallel]
+    for level in range(MAX_TILE_LEVELS):
+        sizes = state.tile_sizes[:, level]
+        levels.append(jnp.where(sizes > 0, jnp.minimum(sizes, levels[-1]), levels[-1]))
+    return jnp.stack(levels)
+
+
+def locality_features(table: ProgramTable, state: EnvState) -> jax.Array:
+    """(MAX_OPS, LOCALITY_FEATURES): what the schedule does to data reuse and vector code.
+
+    Per level of the loop nest, the bytes of each operand one tile touches (log2) and the trip
+    count of the loops over that level's tiles; the two innermost loops of the point nest and
+    how they walk each operand; per operand, the extent of its contiguous dimension in the
+    innermost tile (the vector length it gets).
+    """
+    p = state.program
+    valid = table.loop_valid[p]
+    access = table.access[p]  # (MAX_OPS, MAX_OPERANDS, MAX_LOOPS)
+    used = access > 0
+    full = jnp.where(valid, table.extents[p], 1).astype(jnp.float32)
+    bytes_ = table.operand_bytes[p]  # (MAX_OPS, MAX_OPERANDS)
+    levels = level_extents(table, state).astype(jnp.float32)
+    log_ratio = jnp.log2(levels / full[None])  # (L, O, LOOPS) <= 0
+    # bytes of operand k one tile touches: its bytes scaled by the tiled share of each loop
+    # (a broadcast sum: XLA on CPU runs this many tiny batched dots slowly)
+    footprint = jnp.log2(jnp.maximum(bytes_, 1.0))[None] + jnp.sum(
+        jnp.where(used[None], log_ratio[:, :, None, :], 0.0), axis=-1
+    )
+    footprint = jnp.where(bytes_[None] > 0, footprint, 0.0)
+    total = jnp.log2(jnp.sum(jnp.where(bytes_[None] > 0, jnp.exp2(footprint), 0.0), -1) + 1.0)
+    log_points = jnp.log2(levels).sum(-1)  # (L, O)
+    trips = jnp.concatenate(
+        [log_points[:1], log_points[:-1] - log_points[1:], (log_points[:1] - log_points[-1:])]
+    )  # whole-op points, tiles per level, tiles of the innermost level in all
+    # the innermost loops of the point nest: last positions of `order` whose extent is > 1
+    inner = levels[-1]
+    ops = jnp.arange(MAX_OPS)[:, None]
+    loop_at = jnp.maximum(state.order, 0)
+    live = (state.order >= 0) & state.alive[ops, loop_at] & (inner[ops, loop_at] > 1)
+    positions = jnp.where(live, jnp.arange(MAX_LOOPS)[None], -1)
+    ranked = jnp.sort(positions, axis=1)[:, ::-1]  # live positions, innermost first
+    inner_parts = []
+    for r in range(N_INNER):
+        exists = ranked[:, r] >= 0
+        # selections by mask, not gathers: XLA on CPU vectorizes these far better
+        at = jnp.arange(MAX_LOOPS)[None] == ranked[:, r : r + 1]  # (O, positions)
+        loop = jnp.sum(jnp.where(at, loop_at, 0), axis=1)
+        sel = jnp.arange(MAX_LOOPS)[None] == loop[:, None]  # (O, LOOPS)
+        code = jnp.sum(jnp.where(sel[:, None, :], access, 0), axis=-1)  # (O, OPERANDS)
+        one_hot = jax.nn.one_hot(code, 3).reshape(MAX_OPS, -1)
+        stride = jnp.sum(jnp.where(sel[:, None, :], table.stride[p], 0.0), axis=-1)
+        extent = jnp.sum(jnp.where(sel, inner, 0.0), axis=1)
+        inner_parts += [
+            jnp.where(exists[:, None], one_hot, 0.0),
+            jnp.where(exists[:, None], stride_features(stride).reshape(MAX_OPS, -1), 0.0),
+            (exists & jnp.any(sel & table.is_reduction[p], axis=1))[:, None],
+            jnp.where(exists, jnp.log2(jnp.maximum(extent, 1.0)) / 16.0, 0.0)[:, None],
+        ]
+    nothing_left = (ranked[:, 0] < 0)[:, None]
+    working_sets = _working_sets(table, state, inner, loop_at, ranked)
+    contiguous = access == 2
+    lanes = jnp.max(jnp.where(contiguous, inner[:, None, :], 0.0), axis=-1)  # (O, OPERANDS)
+    vector = [jnp.where(lanes > 0, jnp.log2(jnp.maximum(lanes, 1.0)) / 16.0, 0.0)]
+    vector.append((lanes >= 8) & (jnp.mod(lanes, 8) == 0))
+    return jnp.concatenate(
+        [
+            jnp.moveaxis(footprint, 0, 1).reshape(MAX_OPS, -1) / 32.0,
+            jnp.moveaxis(total, 0, 1) / 32.0,
+            jnp.moveaxis(trips, 0, 1) / 32.0,
+            *inner_parts,
+            nothing_left,
+            *vector,
+            working_sets,
+        ],
+        axis=1,
+    ).astype(jnp.float32)
+
+
+def _working_sets(table, state, inner, loop_at, ranked) -> jax.Array:
+    """(MAX_OPS, N_WORKING_SETS * (MAX_OPERANDS + 1)): log2 bytes the innermost r loops of the
+    point nest touch, per operand and in all, counting whole cache lines for strided walks: how
+    far apart reuses are, which tiling levels alone do not say (an untiled nest, a loop order)."""
+    p = state.program
+    access = table.access[p]  # (MAX_OPS, MAX_OPERANDS, MAX_LOOPS)
+    stride = table.stride[p]
+    element = jnp.max(jnp.where(access == 2, stride, 0.0), axis=-1)  # contiguous stride
+    element = jnp.where(element > 0, element, 4.0)
+    log_extent = jnp.log2(jnp.maximum(inner, 1.0))  # (MAX_OPS, MAX_LOOPS)
+    ops = jnp.arange(MAX_OPS)[:, None]
+    out = []
+    for r in range(1, N_WORKING_SETS + 1):
+        picked = jnp.where(
+            ranked[:, :r] >= 0, jnp.take_along_axis(loop_at, jnp.maximum(ranked[:, :r], 0), 1), -1
+        )
+        in_set = jnp.any(picked[:, :, None] == jnp.arange(MAX_LOOPS)[None, None], axis=1)
+        in_set = in_set & (ops >= 0)  # (MAX_OPS, MAX_LOOPS)
+        strided = (access == 1) & in_set[:, None, :]
+        contiguous = (access == 2) & in_set[:, None, :]
+        rows = jnp.sum(jnp.where(strided, log_extent[:, None, :], 0.0), axis=-1)
+        row = jnp.log2(element) + jnp.sum(jnp.where(contiguous, log_extent[:, None, :], 0.0), -1)
+        row = jnp.where(jnp.any(strided, -1), jnp.maximum(row, jnp.log2(CACHE_LINE)), row)
+        used = table.operand_bytes[p] > 0
+        footprint = jnp.where(used, rows + row, 0.0)
+        total = jnp.log2(jnp.sum(jnp.where(used, jnp.exp2(footprint), 0.0), -1) + 1.0)
+        out += [footprint / 32.0, total[:, None] / 32.0]
+    return jnp.concatenate(out, axis=1)
 
 
 def features(table: ProgramTable, state: EnvState) -> Features:
@@ -108,6 +267,7 @@ def features(table: ProgramTable, state: EnvState) -> Features:
         ],
         axis=1,
     ).astype(jnp.float32)
-    op = jnp.concatenate([table.static_op[p], dynamic_op], axis=1)
+    op = jnp.concatenate([table.static_op[p], dynamic_op, locality_features(table, state)], axis=1)
     op = jnp.where(op_valid[:, None], op, 0.0)
-    return Features(op, loop, op_valid, loop_valid)
+    log_points = jnp.sum(jnp.where(loop_valid, jnp.log(jnp.maximum(table.extents[p], 1)), 0.0), 1)
+    return Features(op, loop, op_valid, loop_valid, log_points.astype(jnp.float32))

@@ -56,6 +56,7 @@ class ProgramTable:
     access: jax.Array  # (P, MAX_OPS, MAX_OPERANDS, MAX_LOOPS) int32: NOT_USED/STRIDED/CONTIGUOUS
     operand_bytes: jax.Array  # (P, MAX_OPS, MAX_OPERANDS) float32
     operand_is_output: jax.Array  # (P, MAX_OPS, MAX_OPERANDS) bool
+    stride: jax.Array  # (P, MAX_OPS, MAX_OPERANDS, MAX_LOOPS) float32: bytes a loop step moves
     static_op: jax.Array | None = None  # (P, MAX_OPS, STATIC_OP_FEATURES) float32
     static_loop: jax.Array | None = None  # (P, MAX_OPS, MAX_LOOPS, STATIC_LOOP_FEATURES) float32
 
@@ -88,6 +89,7 @@ def _encode_one(program: Program) -> dict[str, np.ndarray]:
         "access": np.zeros((MAX_OPS, MAX_OPERANDS, MAX_LOOPS), np.int32),
         "operand_bytes": np.zeros((MAX_OPS, MAX_OPERANDS), np.float32),
         "operand_is_output": np.zeros((MAX_OPS, MAX_OPERANDS), bool),
+        "stride": np.zeros((MAX_OPS, MAX_OPERANDS, MAX_LOOPS), np.float32),
     }
     for op in program.ops:
         where = f"{program.name}: op {op.id} ({op.name})"
@@ -114,7 +116,13 @@ def _encode_one(program: Program) -> dict[str, np.ndarray]:
             row["arith"][i, ARITH_KINDS.index(name)] = count
         for k, operand in enumerate(op.operands):
             size = int(np.prod(operand.shape)) if operand.shape else 1
-            row["operand_bytes"][i, k] = size * _BYTES.get(operand.element_type, 4)
+            element = _BYTES.get(operand.element_type, 4)
+            row["operand_bytes"][i, k] = size * element
+            # row-major buffers: a step of loop j moves sum_dims coeff * (elements after dim)
+            dim_strides = np.cumprod((*operand.shape[1:], 1)[::-1])[::-1] * element
+            for r, access_row in enumerate(operand.access):
+                for j, coeff in enumerate(access_row):
+                    row["stride"][i, k, j] += abs(coeff) * dim_strides[r]
             row["operand_is_output"][i, k] = operand.is_output
             for r, access_row in enumerate(operand.access):
                 innermost = r == len(operand.access) - 1
