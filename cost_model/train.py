@@ -119,6 +119,7 @@ def fit(data: Dataset, config: TrainConfig, init=None, progress=True):
         _batches(data, config, np.random.default_rng([config.seed, m]), steps)
         for m in range(members)
     ]
+    noise_key = jax.random.PRNGKey(config.seed)
     history = []
     started = time.perf_counter()
     bar = tqdm(total=steps, disable=not progress, unit="step", mininterval=1.0)
@@ -130,7 +131,7 @@ def fit(data: Dataset, config: TrainConfig, init=None, progress=True):
             features,
             jnp.asarray(target_all[rows]),
             jnp.asarray(data.program[rows]),
-            jax.random.PRNGKey(config.seed * 100_003 + step),
+            jax.random.fold_in(noise_key, step),
         )
         if step % 100 == 0 or step == steps - 1:
             record = {

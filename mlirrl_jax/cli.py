@@ -250,13 +250,13 @@ def cmd_fit_cost_model(args) -> int:
     from cost_model.train import TrainConfig
     from mlirrl_jax.measure.fingerprint import machine_fingerprint
 
+    def given(*names: str) -> dict:  # options left unset keep the dataclasses' defaults
+        return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
+
     config = TrainConfig(
-        epochs=args.epochs,
         seed=args.seed,
-        feature_noise=args.feature_noise,
-        model=ModelConfig(
-            op_width=args.op_width, heads=args.heads, members=args.members, seed=args.seed
-        ),
+        **given("epochs", "feature_noise"),
+        model=ModelConfig(seed=args.seed, **given("op_width", "heads", "members")),
     )
     machine = args.machine or machine_fingerprint()["machine_id"]
     result = fit_and_report(Path(args.store), Path(args.out), machine, config)
@@ -345,13 +345,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--store", default="data/measurements.db")
     p.add_argument("--out", default=f"runs/cost-model-{time.strftime('%Y%m%d-%H%M%S')}")
     p.add_argument("--machine", help="machine id whose measurements to use (default: this one)")
-    p.add_argument("--epochs", type=int, default=200)
-    p.add_argument("--op-width", type=int, default=32, help="width of the op tokens")
-    p.add_argument("--heads", type=int, default=2, help="attention heads across ops (0: none)")
-    p.add_argument("--members", type=int, default=5, help="ensemble members, averaged")
-    p.add_argument(
-        "--feature-noise", type=float, default=0.03, help="std of training noise on features"
-    )
+    # unset: the defaults of cost_model.train.TrainConfig and cost_model.model.ModelConfig
+    p.add_argument("--epochs", type=int, help="passes over the training rows")
+    p.add_argument("--op-width", type=int, help="width of the op tokens")
+    p.add_argument("--heads", type=int, help="attention heads across ops (0: none)")
+    p.add_argument("--members", type=int, help="ensemble members, averaged")
+    p.add_argument("--feature-noise", type=float, help="std of training noise on features")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_fit_cost_model)
 

@@ -54,7 +54,7 @@ def stride_features(stride: jax.Array) -> jax.Array:
     """(..., 2): log2 of a byte stride, and its power-of-two alignment (cache set aliasing)."""
     s = jnp.maximum(stride, 1.0)
     # trailing zero bits of the stride: large ones map successive steps to few cache sets
-    whole = s.astype(jnp.int32)
+    whole = jnp.minimum(s, 2.0**30).astype(jnp.int32)
     aligned = jnp.minimum(jnp.log2((whole & -whole).astype(jnp.float32)), 16.0)
     return jnp.where(
         stride[..., None] > 0, jnp.stack([jnp.log2(s) / 32.0, aligned / 16.0], axis=-1), 0.0
@@ -129,20 +129,21 @@ def locality_features(table: ProgramTable, state: EnvState) -> jax.Array:
     """(MAX_OPS, LOCALITY_FEATURES): what the schedule does to data reuse and vector code.
 
     Per level of the loop nest, the bytes of each operand one tile touches (log2) and the trip
-    count of the loops over that level's tiles; the two innermost loops of the point nest and
-    how they walk each operand; per operand, the extent of its contiguous dimension in the
-    innermost tile (the vector length it gets).
+    count of the loops over that level's tiles; the two innermost loops of the point nest, how
+    they walk each operand and with what byte stride; per operand, the extent of its contiguous
+    dimension in the innermost tile (the vector length it gets); the working sets of the
+    innermost loops (`_working_sets`).
     """
     p = state.program
     valid = table.loop_valid[p]
     access = table.access[p]  # (MAX_OPS, MAX_OPERANDS, MAX_LOOPS)
+    strides = table.stride[p]
     used = access > 0
     full = jnp.where(valid, table.extents[p], 1).astype(jnp.float32)
     bytes_ = table.operand_bytes[p]  # (MAX_OPS, MAX_OPERANDS)
     levels = level_extents(table, state).astype(jnp.float32)
     log_ratio = jnp.log2(levels / full[None])  # (L, O, LOOPS) <= 0
     # bytes of operand k one tile touches: its bytes scaled by the tiled share of each loop
-    # (a broadcast sum: XLA on CPU runs this many tiny batched dots slowly)
     footprint = jnp.log2(jnp.maximum(bytes_, 1.0))[None] + jnp.sum(
         jnp.where(used[None], log_ratio[:, :, None, :], 0.0), axis=-1
     )
@@ -162,13 +163,13 @@ def locality_features(table: ProgramTable, state: EnvState) -> jax.Array:
     inner_parts = []
     for r in range(N_INNER):
         exists = ranked[:, r] >= 0
-        # selections by mask, not gathers: XLA on CPU vectorizes these far better
+        # selections by mask rather than gathers (measured somewhat faster under vmap on CPU)
         at = jnp.arange(MAX_LOOPS)[None] == ranked[:, r : r + 1]  # (O, positions)
         loop = jnp.sum(jnp.where(at, loop_at, 0), axis=1)
         sel = jnp.arange(MAX_LOOPS)[None] == loop[:, None]  # (O, LOOPS)
         code = jnp.sum(jnp.where(sel[:, None, :], access, 0), axis=-1)  # (O, OPERANDS)
         one_hot = jax.nn.one_hot(code, 3).reshape(MAX_OPS, -1)
-        stride = jnp.sum(jnp.where(sel[:, None, :], table.stride[p], 0.0), axis=-1)
+        stride = jnp.sum(jnp.where(sel[:, None, :], strides, 0.0), axis=-1)
         extent = jnp.sum(jnp.where(sel, inner, 0.0), axis=1)
         inner_parts += [
             jnp.where(exists[:, None], one_hot, 0.0),
@@ -177,7 +178,7 @@ def locality_features(table: ProgramTable, state: EnvState) -> jax.Array:
             jnp.where(exists, jnp.log2(jnp.maximum(extent, 1.0)) / 16.0, 0.0)[:, None],
         ]
     nothing_left = (ranked[:, 0] < 0)[:, None]
-    working_sets = _working_sets(table, state, inner, loop_at, ranked)
+    working_sets = _working_sets(access, strides, bytes_ > 0, inner, loop_at, ranked)
     contiguous = access == 2
     lanes = jnp.max(jnp.where(contiguous, inner[:, None, :], 0.0), axis=-1)  # (O, OPERANDS)
     vector = [jnp.where(lanes > 0, jnp.log2(jnp.maximum(lanes, 1.0)) / 16.0, 0.0)]
@@ -196,30 +197,24 @@ def locality_features(table: ProgramTable, state: EnvState) -> jax.Array:
     ).astype(jnp.float32)
 
 
-def _working_sets(table, state, inner, loop_at, ranked) -> jax.Array:
+def _working_sets(access, stride, used, inner, loop_at, ranked) -> jax.Array:
     """(MAX_OPS, N_WORKING_SETS * (MAX_OPERANDS + 1)): log2 bytes the innermost r loops of the
     point nest touch, per operand and in all, counting whole cache lines for strided walks: how
     far apart reuses are, which tiling levels alone do not say (an untiled nest, a loop order)."""
-    p = state.program
-    access = table.access[p]  # (MAX_OPS, MAX_OPERANDS, MAX_LOOPS)
-    stride = table.stride[p]
     element = jnp.max(jnp.where(access == 2, stride, 0.0), axis=-1)  # contiguous stride
     element = jnp.where(element > 0, element, 4.0)
     log_extent = jnp.log2(jnp.maximum(inner, 1.0))  # (MAX_OPS, MAX_LOOPS)
-    ops = jnp.arange(MAX_OPS)[:, None]
     out = []
     for r in range(1, N_WORKING_SETS + 1):
         picked = jnp.where(
             ranked[:, :r] >= 0, jnp.take_along_axis(loop_at, jnp.maximum(ranked[:, :r], 0), 1), -1
         )
         in_set = jnp.any(picked[:, :, None] == jnp.arange(MAX_LOOPS)[None, None], axis=1)
-        in_set = in_set & (ops >= 0)  # (MAX_OPS, MAX_LOOPS)
         strided = (access == 1) & in_set[:, None, :]
         contiguous = (access == 2) & in_set[:, None, :]
         rows = jnp.sum(jnp.where(strided, log_extent[:, None, :], 0.0), axis=-1)
         row = jnp.log2(element) + jnp.sum(jnp.where(contiguous, log_extent[:, None, :], 0.0), -1)
         row = jnp.where(jnp.any(strided, -1), jnp.maximum(row, jnp.log2(CACHE_LINE)), row)
-        used = table.operand_bytes[p] > 0
         footprint = jnp.where(used, rows + row, 0.0)
         total = jnp.log2(jnp.sum(jnp.where(used, jnp.exp2(footprint), 0.0), -1) + 1.0)
         out += [footprint / 32.0, total[:, None] / 32.0]

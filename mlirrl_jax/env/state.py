@@ -120,14 +120,12 @@ def _encode_one(program: Program) -> dict[str, np.ndarray]:
             row["operand_bytes"][i, k] = size * element
             # row-major buffers: a step of loop j moves sum_dims coeff * (elements after dim)
             dim_strides = np.cumprod((*operand.shape[1:], 1)[::-1])[::-1] * element
-            for r, access_row in enumerate(operand.access):
-                for j, coeff in enumerate(access_row):
-                    row["stride"][i, k, j] += abs(coeff) * dim_strides[r]
             row["operand_is_output"][i, k] = operand.is_output
             for r, access_row in enumerate(operand.access):
                 innermost = r == len(operand.access) - 1
                 for j, coeff in enumerate(access_row):
                     if coeff:
+                        row["stride"][i, k, j] += abs(coeff) * dim_strides[r]
                         code = CONTIGUOUS if innermost and coeff == 1 else STRIDED
                         row["access"][i, k, j] = max(row["access"][i, k, j], code)
     return row
