@@ -38,6 +38,7 @@ from mlirrl_jax.programs.generate import (
 # the pins; restore the old programs and publish the change as a new suite version instead.
 DL_V0_CONTENT_SHA256 = "415ba978901670eb2c288eed460cabb3edc478cfa95b1ff87364b1997cc4bb7b"
 DL_V0_METADATA_SHA256 = "e564c0872b754346e1bfa46650fbd948db3ad6295800c25f9857961e30f8414c"
+SHAPES_V0_CONTENT_SHA256 = "c18c07eea923d2139109a9138d39fc83d8d9e5f28febe5fe2fb8fcb177ea1d03"
 
 GENERALIZE = "builtin.module(linalg-generalize-named-ops)"
 # The sequential lowering of shared/reference/mlir_probe.py (no schedule).
@@ -327,10 +328,21 @@ def test_suite_is_pinned() -> None:
     assert hashlib.sha256(meta.encode()).hexdigest() == DL_V0_METADATA_SHA256
 
 
+def test_shapes_suite_is_pinned_and_disjoint_from_dl_v0() -> None:
+    assert suites.content_hash("shapes-v0") == SHAPES_V0_CONTENT_SHA256
+    shapes = suites.suite("shapes-v0")
+    assert len(shapes) == 450 and {e.model for e in shapes} == {"sampled"}
+    assert not {e.name for e in shapes} & {e.name for e in suites.suite("dl-v0")}
+    assert all(e.uri.startswith("suite://shapes-v0/") for e in shapes)
+    assert all(suites.get(e.uri) is e for e in shapes[:20])
+    # wider than dl-v0: channel counts dl-v0 never samples
+    assert max(e.spec.c for e in shapes if e.kind.startswith("conv2d")) > 256
+
+
 def test_get_and_errors() -> None:
     entry = suites.suite()[0]
     assert suites.get(entry.uri) is entry
-    assert suites.list_suites() == ["dl-v0"]
+    assert suites.list_suites() == ["dl-v0", "shapes-v0"]
     with pytest.raises(suites.UnknownProgramError) as err:
         suites.get(entry.uri + "0")
     assert isinstance(err.value, KeyError)

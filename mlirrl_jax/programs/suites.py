@@ -395,26 +395,56 @@ def _sample_window(rng: np.random.Generator, kernels: list[int]) -> tuple[int, i
     return k, s, d, d * (k - 1) // 2
 
 
-def _sample_spec(kind: str, rng: np.random.Generator) -> Spec:
+@dataclass(frozen=True)
+class SampleRanges:
+    """Where sampled shapes come from: the draws of one suite version (never change one)."""
+
+    channels: Callable[[np.random.Generator], int]  # conv input/output channels
+    wide_channels: Callable[[np.random.Generator], int]  # depthwise, pool, 4-D elementwise
+    matrix: Callable[[np.random.Generator], int]  # matmul-like dims
+
+
+def _log_uniform_mult(rng: np.random.Generator, lo: int, hi: int, step: int) -> int:
+    """A multiple of `step` in [lo, hi], log-uniform: small and large sizes equally likely."""
+    value = math.exp(rng.uniform(math.log(lo), math.log(hi)))
+    return max(lo, min(hi, step * int(round(value / step))))
+
+
+# dl-v0: uniform draws, channels up to 256
+DL_V0_RANGES = SampleRanges(
+    channels=lambda rng: _mult(rng, 8, 256, 8),
+    wide_channels=lambda rng: _mult(rng, 16, 512, 16),
+    matrix=lambda rng: _mult(rng, 16, 1024, 8),
+)
+# shapes-v0: log-uniform draws over a wider range (the channel counts of deep CNN stages)
+WIDE_RANGES = SampleRanges(
+    channels=lambda rng: _log_uniform_mult(rng, 8, 2048, 8),
+    wide_channels=lambda rng: _log_uniform_mult(rng, 16, 2048, 16),
+    matrix=lambda rng: _log_uniform_mult(rng, 16, 2048, 8),
+)
+
+
+def _sample_spec(kind: str, rng: np.random.Generator, ranges: SampleRanges = DL_V0_RANGES) -> Spec:
+    r = ranges
     if kind == "matmul":
-        return MatmulSpec(_mult(rng, 16, 1024, 8), _mult(rng, 16, 1024, 8), _mult(rng, 16, 1024, 8))
+        return MatmulSpec(r.matrix(rng), r.matrix(rng), r.matrix(rng))
     if kind == "batch_matmul":
         dims = [_mult(rng, 16, 512, 8) for _ in range(3)]
         return BatchMatmulSpec(int(rng.integers(2, 17)), *dims)
     if kind in ("conv2d", "conv_bias_relu"):
         hw = int(rng.integers(7, 65))
-        c, f = _mult(rng, 8, 256, 8), _mult(rng, 8, 256, 8)
+        c, f = r.channels(rng), r.channels(rng)
         k, s, d, pad = _sample_window(rng, [1, 3, 5, 7])
         if kind == "conv_bias_relu":
             return ConvBiasReluSpec(1, hw + 2 * pad, hw + 2 * pad, c, f, k, s, d)
         layout = _pick(rng, ["nhwc", "nchw"])
         return Conv2dSpec(layout, 1, hw + 2 * pad, hw + 2 * pad, c, f, k, s, d)
     if kind == "depthwise":
-        hw, c = int(rng.integers(7, 113)), _mult(rng, 16, 512, 16)
+        hw, c = int(rng.integers(7, 113)), r.wide_channels(rng)
         k, s, d, pad = _sample_window(rng, [3, 5])
         return DepthwiseSpec(1, hw + 2 * pad, hw + 2 * pad, c, k, s, d)
     if kind == "pool":
-        hw, c = int(rng.integers(7, 113)), _mult(rng, 16, 512, 16)
+        hw, c = int(rng.integers(7, 113)), r.wide_channels(rng)
         k, s = _pick(rng, [2, 3]), int(rng.integers(1, 3))
         return PoolSpec(_pick(rng, ["max", "sum", "avg"]), 1, hw, hw, c, k, s)
     if kind == "elementwise":
@@ -422,12 +452,12 @@ def _sample_spec(kind: str, rng: np.random.Generator) -> Spec:
         if rng.integers(2):
             return ElementwiseSpec(op, (_mult(rng, 16, 2048, 16), _mult(rng, 16, 4096, 16)))
         hw = int(rng.integers(7, 113))
-        return ElementwiseSpec(op, (1, hw, hw, _mult(rng, 16, 512, 16)))
+        return ElementwiseSpec(op, (1, hw, hw, r.wide_channels(rng)))
     if kind == "softmax":
         part = _pick(rng, list(SOFTMAX_PARTS))
         return SoftmaxSpec(part, _mult(rng, 16, 4096, 16), _mult(rng, 16, 1024, 16))
     if kind == "matmul_bias_relu":
-        dims = [_mult(rng, 16, 1024, 8) for _ in range(3)]
+        dims = [r.matrix(rng) for _ in range(3)]
         return MatmulBiasReluSpec(*dims)
     if kind == "contraction":
         pattern = _pick(rng, sorted(LQCD_PATTERNS))
@@ -450,13 +480,36 @@ _SAMPLED_COUNTS = {
 }
 
 
-def _add_sampled(b: _Builder, seed: int) -> None:
+# shapes-v0: many more shapes of each kind, for cost-model training data
+_SHAPES_V0_COUNTS = {
+    "matmul": 70,
+    "batch_matmul": 30,
+    "conv2d": 110,
+    "conv_bias_relu": 40,
+    "depthwise": 30,
+    "pool": 40,
+    "elementwise": 50,
+    "softmax": 30,
+    "matmul_bias_relu": 30,
+    "contraction": 20,
+}
+
+
+def _add_sampled(
+    b: _Builder,
+    seed: int,
+    counts: dict[str, int] = _SAMPLED_COUNTS,
+    ranges: SampleRanges = DL_V0_RANGES,
+    exclude: frozenset[str] = frozenset(),
+) -> None:
+    """`counts[kind]` sampled shapes of each kind that fit the caps; names in `exclude` (another
+    suite's programs) are skipped, so a shape never sits in two suites."""
     rng = np.random.default_rng(seed)
-    for kind, count in _SAMPLED_COUNTS.items():
+    for kind, count in counts.items():
         added = 0
         while added < count:
-            spec = _sample_spec(kind, rng)
-            if _fits(spec) and b.add("sampled", f"sampled {kind}", spec):
+            spec = _sample_spec(kind, rng, ranges)
+            if _fits(spec) and spec.name not in exclude and b.add("sampled", f"sampled {kind}", spec):
                 added += 1
 
 
@@ -477,7 +530,20 @@ def _dl_v0() -> tuple[SuiteEntry, ...]:
     return tuple(b.entries.values())
 
 
-_SUITES: dict[str, Callable[[], tuple[SuiteEntry, ...]]] = {"dl-v0": _dl_v0}
+@functools.cache
+def _shapes_v0() -> tuple[SuiteEntry, ...]:
+    """Sampled shapes only, over wider ranges than dl-v0's and none of its programs: more
+    distinct programs for the surrogate to learn from, split like dl-v0 by name hash."""
+    b = _Builder("shapes-v0")
+    dl_v0 = frozenset(e.name for e in _dl_v0())
+    _add_sampled(b, seed=20261201, counts=_SHAPES_V0_COUNTS, ranges=WIDE_RANGES, exclude=dl_v0)
+    return tuple(b.entries.values())
+
+
+_SUITES: dict[str, Callable[[], tuple[SuiteEntry, ...]]] = {
+    "dl-v0": _dl_v0,
+    "shapes-v0": _shapes_v0,
+}
 
 
 def list_suites() -> list[str]:
