@@ -19,7 +19,7 @@ import orbax.checkpoint as ocp
 from flax import nnx
 
 from cost_model.dataset import Dataset
-from cost_model.model import ModelConfig, apply, build
+from cost_model.model import ModelConfig, apply, apply_with_static, build, static_embeddings
 from cost_model.train import TrainConfig, fit
 from mlirrl_jax.env.analytic import analytic_log_time
 from mlirrl_jax.env.features import features
@@ -43,16 +43,25 @@ class CostModel:
         return self._predict_features(self.params, feats)
 
     def log_time(self, table: ProgramTable, state: EnvState) -> jax.Array:
-        """Predicted log time of one state (jittable; vmap for batches)."""
+        """Predicted log time of one state (jittable; vmap for batches: the per-program part
+        of the network does not depend on the state, so it is computed once per batch)."""
         feats = jax.lax.optimization_barrier(features(table, state))
-        return apply(self.graphdef, self.params, feats)
+        return self._apply(table, feats, state.program)
 
     def predict(self, table: ProgramTable, states: EnvState) -> jax.Array:
         """Predicted log times of a batch of states (the network runs on the whole batch)."""
         # the barrier keeps XLA from fusing feature assembly into the network's layers,
         # which made the whole prediction about 1.6x slower on CPU
         batch = jax.lax.optimization_barrier(jax.vmap(features, in_axes=(None, 0))(table, states))
-        return apply(self.graphdef, self.params, batch)
+        return self._apply(table, batch, states.program)
+
+    def _apply(self, table: ProgramTable, feats, program) -> jax.Array:
+        if "loop_in" in self.params:  # loop tokens: no separable per-program first layer
+            return apply(self.graphdef, self.params, feats)
+        embeddings = static_embeddings(
+            self.graphdef, self.params, table.static_op, table.static_loop
+        )
+        return apply_with_static(self.graphdef, self.params, feats, embeddings, program)
 
     @property
     def log_time_fn(self):

@@ -130,12 +130,21 @@ def load_dataset(store: MeasurementStore, machine_id: str, threads: int = 1) -> 
 
 
 def held_out_programs(
-    dataset: Dataset, families: tuple[str, ...] = ("resnet50",), share: float = 0.15, seed: int = 0
+    dataset: Dataset,
+    families: tuple[str, ...] = ("resnet50",),
+    share: float = 0.15,
+    seed: int = 0,
+    suite: str = "dl-v0",
 ) -> set[int]:
-    """Programs to evaluate on: whole model families, plus a random share of the others."""
+    """Programs to evaluate on: whole model families, plus a random share of the others, all
+    from the evaluation `suite`; programs of other suites (extra training shapes, user
+    programs) only ever train, so adding them leaves the held-out set as it was."""
     rng = np.random.default_rng(seed)
+    prefix = f"{suites.SCHEME}{suite}/"
     held = {i for i, f in enumerate(dataset.families) if f in families}
-    others = [i for i in range(len(dataset.programs)) if i not in held]
+    others = [
+        i for i, p in enumerate(dataset.programs) if i not in held and p.name.startswith(prefix)
+    ]
     held |= {
         int(i) for i in rng.choice(others, size=int(round(share * len(others))), replace=False)
     }

@@ -13,10 +13,17 @@ from dataclasses import asdict, dataclass
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from mlirrl_jax.actions import MAX_LOOPS
-from mlirrl_jax.env.features import LOOP_FEATURES, OP_FEATURES, Features
+from mlirrl_jax.env.features import (
+    LOOP_FEATURES,
+    OP_FEATURES,
+    STATIC_LOOP_FEATURES,
+    STATIC_OP_FEATURES,
+    Features,
+)
 
 
 @dataclass(frozen=True)
@@ -44,6 +51,20 @@ def _masked_pool(x: jax.Array, mask: jax.Array, axis: int) -> jax.Array:
     return jnp.concatenate([mean, largest], axis=-1)
 
 
+def _flattened_input_rows() -> tuple[np.ndarray, np.ndarray]:
+    """Rows of the first layer's kernel (flattened-loops input) that read per-program (static)
+    features, and the rows that read the schedule's (dynamic) ones."""
+    is_static = np.zeros(OP_FEATURES + MAX_LOOPS * LOOP_FEATURES, bool)
+    is_static[:STATIC_OP_FEATURES] = True
+    for loop in range(MAX_LOOPS):
+        start = OP_FEATURES + loop * LOOP_FEATURES
+        is_static[start : start + STATIC_LOOP_FEATURES] = True
+    return np.flatnonzero(is_static), np.flatnonzero(~is_static)
+
+
+STATIC_ROWS, DYNAMIC_ROWS = _flattened_input_rows()
+
+
 class CostNet(nnx.Module):
     def __init__(self, config: ModelConfig, rngs: nnx.Rngs):
         lw, ow = config.loop_width, config.op_width
@@ -67,19 +88,45 @@ class CostNet(nnx.Module):
             ow, 1, bias_init=nnx.initializers.constant(INITIAL_LOG_SECONDS_PER_POINT), rngs=rngs
         )
 
-    def __call__(self, f: Features) -> jax.Array:
+    def static_embedding(self, static_op: jax.Array, static_loop: jax.Array) -> jax.Array:
+        """(..., MAX_OPS, op_width): the first layer's response to the per-program features
+        (a `ProgramTable`'s `static_op`, `static_loop`), bias included. Computed once per
+        program, it spares each state that part of the first layer (flattened loops only)."""
+        if self.loop_width:
+            raise ValueError("a static embedding needs the flattened-loops network (loop_width 0)")
+        flat = static_loop.reshape(*static_loop.shape[:-2], -1)
+        kernel = self.op_in.kernel.value
+        return (
+            jnp.concatenate([static_op, flat], axis=-1) @ kernel[STATIC_ROWS]
+            + self.op_in.bias.value
+        )
+
+    def __call__(self, f: Features, static_embedding: jax.Array | None = None) -> jax.Array:
         """Predicted log run time (seconds); `f` arrays carry any leading batch axes.
 
         Each op gets a time (its points times a predicted time per point) and the program's
-        time is their sum: a program of several ops costs what its ops cost.
+        time is their sum: a program of several ops costs what its ops cost. With the
+        program's `static_embedding`, only the schedule's features go through the first layer.
         """
-        if self.loop_width:
-            loops = nnx.relu(self.loop_in(f.loop_features))
-            loops = nnx.relu(self.loop_hidden(loops)) + loops
-            pooled = _masked_pool(loops, f.loop_valid, axis=-2)
-        else:  # loops are in their original order: position is meaningful, pooling not needed
-            pooled = f.loop_features.reshape(*f.loop_features.shape[:-2], -1)
-        ops = nnx.relu(self.op_in(jnp.concatenate([f.op_features, pooled], axis=-1)))
+        if static_embedding is not None:
+            dynamic = jnp.concatenate(
+                [
+                    f.op_features[..., STATIC_OP_FEATURES:],
+                    f.loop_features[..., STATIC_LOOP_FEATURES:].reshape(
+                        *f.loop_features.shape[:-2], -1
+                    ),
+                ],
+                axis=-1,
+            )
+            ops = nnx.relu(dynamic @ self.op_in.kernel.value[DYNAMIC_ROWS] + static_embedding)
+        else:
+            if self.loop_width:
+                loops = nnx.relu(self.loop_in(f.loop_features))
+                loops = nnx.relu(self.loop_hidden(loops)) + loops
+                pooled = _masked_pool(loops, f.loop_valid, axis=-2)
+            else:  # loops in their original order: position is meaningful, no pooling needed
+                pooled = f.loop_features.reshape(*f.loop_features.shape[:-2], -1)
+            ops = nnx.relu(self.op_in(jnp.concatenate([f.op_features, pooled], axis=-1)))
         ops = nnx.relu(self.op_hidden(ops)) + ops
         if self.heads:
             pair_mask = f.op_valid[..., None, :] & f.op_valid[..., :, None]
@@ -113,3 +160,18 @@ def apply_members(graphdef, params, features: Features) -> jax.Array:
 def apply(graphdef, params, features: Features) -> jax.Array:
     """The ensemble's predicted log time (members averaged in log space)."""
     return apply_members(graphdef, params, features).mean(axis=0)
+
+
+def static_embeddings(graphdef, params, static_op: jax.Array, static_loop: jax.Array):
+    """Each member's `static_embedding` of a table's programs: (members, P, MAX_OPS, op_width)."""
+    return jax.vmap(lambda p: nnx.merge(graphdef, p).static_embedding(static_op, static_loop))(
+        params
+    )
+
+
+def apply_with_static(graphdef, params, features: Features, embeddings, program) -> jax.Array:
+    """`apply` with the first layer's per-program part looked up in `embeddings` (from
+    `static_embeddings`) by each row's `program` index; the same values, less work per state."""
+    return jax.vmap(lambda p, e: nnx.merge(graphdef, p)(features, static_embedding=e[program]))(
+        params, embeddings
+    ).mean(axis=0)

@@ -157,3 +157,23 @@ def test_an_ensemble_averages_members_trained_on_their_own_batches(dataset):
     mean = np.asarray(apply(ensemble.graphdef, ensemble.params, feats))
     assert np.allclose(mean, each.mean(axis=0), atol=1e-5)
     assert np.allclose(predict_dataset(ensemble, dataset), mean, atol=1e-4)
+
+
+def test_held_out_programs_come_from_the_evaluation_suite_only(dataset):
+    from dataclasses import replace
+
+    from cost_model.dataset import held_out_programs
+
+    held = held_out_programs(dataset, families=(), share=0.5)
+    assert 0 < len(held) < len(dataset.programs)
+    # programs of another suite (extra training shapes) never go to the held-out set, and
+    # adding them leaves the evaluation suite's held-out programs as they were
+    extra = [
+        replace(p, name=p.name.replace("suite://dl-v0/", "suite://shapes-v0/"))
+        for p in dataset.programs
+    ]
+    programs = [p for pair in zip(extra, dataset.programs) for p in pair]  # interleaved
+    families = [f for f in dataset.families for _ in range(2)]
+    grown = replace(dataset, programs=programs, families=families)
+    held_grown = held_out_programs(grown, families=(), share=0.5)
+    assert {programs[i].name for i in held_grown} == {dataset.programs[i].name for i in held}

@@ -107,15 +107,16 @@ def level_extents(table: ProgramTable, state: EnvState) -> jax.Array:
     """
     p = state.program
     full = jnp.where(table.loop_valid[p], table.extents[p], 1)
-    consumer = table.fusion_consumer[p]
+    # selections by one-hot masks rather than gathers: much cheaper under vmap on CPU
+    consumer_of = table.fusion_consumer[p][:, None] == jnp.arange(MAX_OPS)[None]  # (O, O)
     loop_map = table.fusion_loop_map[p]
+    mapped = loop_map[..., None] == jnp.arange(MAX_LOOPS)  # (O, LOOPS, consumer LOOPS)
+    fused = (state.fused_into >= 0)[:, None] & (loop_map >= 0)
     parallel = jnp.where(state.parallel_sizes > 0, state.parallel_sizes, full)
     whole = full
     for _ in range(2):  # a fused producer sees its consumer's tile (chains of three)
-        from_consumer = jnp.take_along_axis(
-            parallel[jnp.maximum(consumer, 0)], jnp.maximum(loop_map, 0), axis=1
-        )
-        fused = (state.fused_into >= 0)[:, None] & (loop_map >= 0)
+        consumer_tile = jnp.sum(jnp.where(consumer_of[:, :, None], parallel[None], 0), axis=1)
+        from_consumer = jnp.sum(jnp.where(mapped, consumer_tile[:, None, :], 0), axis=-1)
         whole = jnp.where(fused, jnp.minimum(from_consumer, full), full)
         parallel = jnp.where(state.parallel_sizes > 0, state.parallel_sizes, whole)
     levels = [whole, parallel]
@@ -155,18 +156,15 @@ def locality_features(table: ProgramTable, state: EnvState) -> jax.Array:
     )  # whole-op points, tiles per level, tiles of the innermost level in all
     # the innermost loops of the point nest: last positions of `order` whose extent is > 1
     inner = levels[-1]
-    ops = jnp.arange(MAX_OPS)[:, None]
-    loop_at = jnp.maximum(state.order, 0)
-    live = (state.order >= 0) & state.alive[ops, loop_at] & (inner[ops, loop_at] > 1)
+    at_position = state.order[..., None] == jnp.arange(MAX_LOOPS)  # (O, positions, LOOPS)
+    live_loop = state.alive & (inner > 1)
+    live = jnp.any(at_position & live_loop[:, None, :], axis=-1)  # (O, positions)
     positions = jnp.where(live, jnp.arange(MAX_LOOPS)[None], -1)
-    ranked = jnp.sort(positions, axis=1)[:, ::-1]  # live positions, innermost first
+    ranked = _innermost(positions, max(N_INNER, N_WORKING_SETS))  # live positions, innermost first
     inner_parts = []
     for r in range(N_INNER):
         exists = ranked[:, r] >= 0
-        # selections by mask rather than gathers (measured somewhat faster under vmap on CPU)
-        at = jnp.arange(MAX_LOOPS)[None] == ranked[:, r : r + 1]  # (O, positions)
-        loop = jnp.sum(jnp.where(at, loop_at, 0), axis=1)
-        sel = jnp.arange(MAX_LOOPS)[None] == loop[:, None]  # (O, LOOPS)
+        sel = _loops_at(at_position, ranked[:, r])  # (O, LOOPS)
         code = jnp.sum(jnp.where(sel[:, None, :], access, 0), axis=-1)  # (O, OPERANDS)
         one_hot = jax.nn.one_hot(code, 3).reshape(MAX_OPS, -1)
         stride = jnp.sum(jnp.where(sel[:, None, :], strides, 0.0), axis=-1)
@@ -178,7 +176,7 @@ def locality_features(table: ProgramTable, state: EnvState) -> jax.Array:
             jnp.where(exists, jnp.log2(jnp.maximum(extent, 1.0)) / 16.0, 0.0)[:, None],
         ]
     nothing_left = (ranked[:, 0] < 0)[:, None]
-    working_sets = _working_sets(access, strides, bytes_ > 0, inner, loop_at, ranked)
+    working_sets = _working_sets(access, strides, bytes_ > 0, inner, at_position, ranked)
     contiguous = access == 2
     lanes = jnp.max(jnp.where(contiguous, inner[:, None, :], 0.0), axis=-1)  # (O, OPERANDS)
     vector = [jnp.where(lanes > 0, jnp.log2(jnp.maximum(lanes, 1.0)) / 16.0, 0.0)]
@@ -197,7 +195,23 @@ def locality_features(table: ProgramTable, state: EnvState) -> jax.Array:
     ).astype(jnp.float32)
 
 
-def _working_sets(access, stride, used, inner, loop_at, ranked) -> jax.Array:
+def _innermost(positions: jax.Array, count: int) -> jax.Array:
+    """(O, count): the `count` largest entries of each row of `positions` (-1 = none), largest
+    first; rows hold distinct values or -1, so repeated maxima replace a sort."""
+    ranked, below = [], jnp.full(positions.shape[:1], MAX_LOOPS)
+    for _ in range(count):
+        below = jnp.max(jnp.where(positions < below[:, None], positions, -1), axis=1)
+        ranked.append(below)
+    return jnp.stack(ranked, axis=1)
+
+
+def _loops_at(at_position: jax.Array, position: jax.Array) -> jax.Array:
+    """(O, LOOPS) one-hot of the loop at `position` (O,) of each op's order; none for -1."""
+    here = position[:, None] == jnp.arange(MAX_LOOPS)[None]  # (O, positions)
+    return jnp.any(at_position & here[..., None], axis=1)
+
+
+def _working_sets(access, stride, used, inner, at_position, ranked) -> jax.Array:
     """(MAX_OPS, N_WORKING_SETS * (MAX_OPERANDS + 1)): log2 bytes the innermost r loops of the
     point nest touch, per operand and in all, counting whole cache lines for strided walks: how
     far apart reuses are, which tiling levels alone do not say (an untiled nest, a loop order)."""
@@ -205,11 +219,9 @@ def _working_sets(access, stride, used, inner, loop_at, ranked) -> jax.Array:
     element = jnp.where(element > 0, element, 4.0)
     log_extent = jnp.log2(jnp.maximum(inner, 1.0))  # (MAX_OPS, MAX_LOOPS)
     out = []
-    for r in range(1, N_WORKING_SETS + 1):
-        picked = jnp.where(
-            ranked[:, :r] >= 0, jnp.take_along_axis(loop_at, jnp.maximum(ranked[:, :r], 0), 1), -1
-        )
-        in_set = jnp.any(picked[:, :, None] == jnp.arange(MAX_LOOPS)[None, None], axis=1)
+    in_set = jnp.zeros(inner.shape, bool)
+    for r in range(N_WORKING_SETS):
+        in_set = in_set | _loops_at(at_position, ranked[:, r])
         strided = (access == 1) & in_set[:, None, :]
         contiguous = (access == 2) & in_set[:, None, :]
         rows = jnp.sum(jnp.where(strided, log_extent[:, None, :], 0.0), axis=-1)
@@ -227,12 +239,10 @@ def features(table: ProgramTable, state: EnvState) -> Features:
     loop_valid = table.loop_valid[p]
     op_valid = table.op_valid[p]
     ops = jnp.arange(MAX_OPS)
-    # position of each loop in the current order (the inverse of `order`)
-    slots = jnp.where(state.order >= 0, state.order, MAX_LOOPS)
-    positions = (
-        jnp.zeros((MAX_OPS, MAX_LOOPS + 1))
-        .at[ops[:, None], slots]
-        .set(jnp.arange(MAX_LOOPS, dtype=jnp.float32))[:, :MAX_LOOPS]
+    # position of each loop in the current order (the inverse of `order`), 0 if not placed
+    at_position = state.order[..., None] == jnp.arange(MAX_LOOPS)  # (O, positions, LOOPS)
+    positions = jnp.sum(
+        jnp.where(at_position, jnp.arange(MAX_LOOPS, dtype=jnp.float32)[:, None], 0.0), axis=1
     )
     dynamic_loop = jnp.concatenate(
         [

@@ -509,7 +509,11 @@ def _add_sampled(
         added = 0
         while added < count:
             spec = _sample_spec(kind, rng, ranges)
-            if _fits(spec) and spec.name not in exclude and b.add("sampled", f"sampled {kind}", spec):
+            if (
+                _fits(spec)
+                and spec.name not in exclude
+                and b.add("sampled", f"sampled {kind}", spec)
+            ):
                 added += 1
 
 
