@@ -14,9 +14,15 @@ import numpy as np
 
 from mlirrl_jax.actions import NEXT, encode_action
 from mlirrl_jax.env.features import Features, features
-from mlirrl_jax.env.jax_env import MAX_EPISODE_STEPS, run_actions
+from mlirrl_jax.env.jax_env import (
+    MAX_EPISODE_STEPS,
+    action_mask,
+    run_actions,
+    sample_action,
+    transition,
+)
 from mlirrl_jax.env.replay import schedule_to_actions
-from mlirrl_jax.env.state import EnvState, ProgramTable, encode_programs
+from mlirrl_jax.env.state import EnvState, ProgramTable, encode_programs, initial_state
 from mlirrl_jax.programs import suites
 from mlirrl_jax.programs.ir import Program
 from mlirrl_jax.schedule import Schedule, ScheduleError
@@ -53,6 +59,20 @@ class Dataset:
             self.table,
         )
 
+    def concat(self, other: Dataset) -> Dataset:
+        """The rows of both (same programs and table)."""
+        join = lambda a, b: np.concatenate([np.asarray(a), np.asarray(b)])  # noqa: E731
+        return Dataset(
+            jax.tree.map(join, self.states, other.states),
+            jax.tree.map(join, self.features, other.features),
+            join(self.log_time, other.log_time),
+            join(self.program, other.program),
+            join(self.is_baseline, other.is_baseline),
+            self.programs,
+            self.families,
+            self.table,
+        )
+
     def split_by_program(self, held_out: set[int]) -> tuple[Dataset, Dataset]:
         mask = np.isin(self.program, sorted(held_out))
         return self.subset(np.flatnonzero(~mask)), self.subset(np.flatnonzero(mask))
@@ -65,6 +85,18 @@ def _family(name: str) -> str:
         return "user"
 
 
+def _in_chunks(fn, *arrays: np.ndarray, size: int = 1024):
+    """`fn` over chunks of `size` rows of `arrays` (the last one zero-padded: one compiled
+    shape for all), outputs as NumPy arrays joined along the rows."""
+    outputs = []
+    for start in range(0, len(arrays[0]), size):
+        parts = [a[start : start + size] for a in arrays]
+        rows = len(parts[0])
+        parts = [np.concatenate([p, np.zeros((size - rows, *p.shape[1:]), p.dtype)]) for p in parts]
+        outputs.append(jax.tree.map(lambda a, n=rows: np.asarray(a)[:n], fn(*parts)))
+    return jax.tree.map(lambda *chunks: np.concatenate(chunks), *outputs)
+
+
 def featurize(
     table: ProgramTable, program_ids: np.ndarray, action_batches: np.ndarray
 ) -> tuple[EnvState, Features]:
@@ -75,17 +107,42 @@ def featurize(
         states = jax.vmap(run_actions, in_axes=(None, 0, 0))(table, ids, actions)
         return states, jax.vmap(features, in_axes=(None, 0))(table, states)
 
-    chunks = []
-    for start in range(0, len(program_ids), 1024):
-        ids = program_ids[start : start + 1024]
-        actions = action_batches[start : start + 1024]
-        pad = 1024 - len(ids)  # one compiled shape for every chunk
-        ids = np.concatenate([ids, np.zeros(pad, np.int32)])
-        actions = np.concatenate([actions, np.zeros((pad, *actions.shape[1:]), np.int32)])
-        chunks.append(
-            jax.tree.map(lambda a, n=1024 - pad: np.asarray(a)[:n], one_chunk(ids, actions))
-        )
-    return jax.tree.map(lambda *parts: np.concatenate(parts), *chunks)
+    return _in_chunks(one_chunk, program_ids, action_batches)
+
+
+def random_states(data: Dataset, count: int, seed: int = 0) -> Dataset:
+    """`count` states that random legal episodes reach on `data`'s programs (half uniform, half
+    biased toward deeper schedules, as collection samples them), unlabeled (log_time 0)."""
+    table = data.table
+
+    def episode(program, key, next_weight):
+        def body(state, step_key):
+            action = sample_action(step_key, action_mask(table, state), next_weight)
+            return transition(table, state, action)[0], None
+
+        state = initial_state(table, program, key)
+        return jax.lax.scan(body, state, jax.random.split(key, MAX_EPISODE_STEPS))[0]
+
+    @jax.jit
+    def one_chunk(ids, keys, next_weights):
+        states = jax.vmap(episode)(ids, keys, next_weights)
+        return states, jax.vmap(features, in_axes=(None, 0))(table, states)
+
+    rng = np.random.default_rng(seed)
+    ids = rng.choice(np.unique(data.program), size=count).astype(np.int32)
+    keys = np.asarray(jax.random.split(jax.random.PRNGKey(seed), count))
+    next_weights = np.where(np.arange(count) % 2, 1.0, 0.25).astype(np.float32)
+    states, feats = _in_chunks(one_chunk, ids, keys, next_weights)
+    return Dataset(
+        states,
+        feats,
+        np.zeros(count, np.float32),
+        ids,
+        np.zeros(count, bool),
+        data.programs,
+        data.families,
+        table,
+    )
 
 
 def padded_actions(program: Program, schedule: Schedule) -> np.ndarray:

@@ -8,7 +8,7 @@ predicted speedups the reward uses) and their order.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import jax
 import jax.numpy as jnp
@@ -17,8 +17,8 @@ import optax
 from flax import nnx
 from tqdm import tqdm
 
-from cost_model.dataset import Dataset
-from cost_model.model import ModelConfig, build
+from cost_model.dataset import Dataset, random_states
+from cost_model.model import ModelConfig, apply, build
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,12 @@ class TrainConfig:
     rank_weight: float = 0.5  # weight of the within-program logistic ranking loss
     seed: int = 0
     model: ModelConfig = field(default_factory=ModelConfig)
+    # distillation: > 1 first fits an ensemble of this many networks, then `model` (the network
+    # shipped, usually one member) on the training rows plus `distill_states` random states of
+    # the training programs labeled by the ensemble, for `distill_epochs` passes
+    teacher_members: int = 0
+    distill_states: int = 20000
+    distill_epochs: int = 60
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -91,10 +97,32 @@ def _batches(data: Dataset, config: TrainConfig, rng: np.random.Generator, steps
 
 
 def fit(data: Dataset, config: TrainConfig, init=None, progress=True):
-    """Train on `data`; `init` = (graphdef, params) continues from those weights (fine-tuning).
+    """Train on `data`; `init` = (graphdef, params) continues from those weights (fine-tuning,
+    never distilled). Returns (graphdef, params, history)."""
+    if init is not None or config.teacher_members <= 1:
+        return _fit(data, config, init, progress)
+    teacher = replace(config.model, members=config.teacher_members)
+    t_graphdef, t_params, history = _fit(data, replace(config, model=teacher), None, progress)
+    extra = random_states(data, config.distill_states, config.seed)
+    extra.log_time = np.concatenate(
+        [
+            np.asarray(apply(t_graphdef, t_params, jax.tree.map(jnp.asarray, chunk)))
+            for chunk in _row_chunks(extra.features, 4096)
+        ]
+    ).astype(np.float32)
+    student = replace(config, epochs=config.distill_epochs)
+    graphdef, params, student_history = _fit(data.concat(extra), student, None, progress)
+    history = [{**h, "phase": "teacher"} for h in history]
+    return graphdef, params, history + [{**h, "phase": "student"} for h in student_history]
 
-    Returns (graphdef, params, history).
-    """
+
+def _row_chunks(tree, size: int):
+    rows = len(jax.tree.leaves(tree)[0])
+    for start in range(0, rows, size):
+        yield jax.tree.map(lambda a, s=start: a[s : s + size], tree)
+
+
+def _fit(data: Dataset, config: TrainConfig, init, progress):
     graphdef, params = init if init is not None else build(config.model)
     target_all = data.log_time
     batch = config.programs_per_batch * config.rows_per_program

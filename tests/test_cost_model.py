@@ -177,3 +177,43 @@ def test_held_out_programs_come_from_the_evaluation_suite_only(dataset):
     grown = replace(dataset, programs=programs, families=families)
     held_grown = held_out_programs(grown, families=(), share=0.5)
     assert {programs[i].name for i in held_grown} == {dataset.programs[i].name for i in held}
+
+
+def test_random_states_are_finished_legal_episodes_of_the_datasets_programs(dataset):
+    from cost_model.dataset import random_states
+
+    extra = random_states(dataset, 300, seed=1)
+    assert len(extra) == 300 and set(extra.program.tolist()) <= set(dataset.program.tolist())
+    assert np.all(extra.states.done)
+    assert np.all(np.isfinite(extra.features.op_features))
+    # the same seed gives the same states; schedules differ between states
+    again = random_states(dataset, 300, seed=1)
+    assert np.array_equal(again.states.tile_sizes, extra.states.tile_sizes)
+    assert len({s.tobytes() for s in extra.states.tile_sizes}) > 30
+
+
+def test_distillation_gives_one_network_close_to_its_teacher(dataset, tmp_path):
+    from dataclasses import replace
+
+    from cost_model.dataset import random_states
+    from cost_model.model import ModelConfig
+
+    config = replace(
+        SMALL,
+        model=ModelConfig(members=1),
+        teacher_members=3,
+        distill_states=512,
+        distill_epochs=30,
+    )
+    student, history = CostModel.fit(dataset, config, progress=False)
+    assert jax.tree.leaves(student.params)[0].shape[0] == 1
+    assert {h["phase"] for h in history} == {"teacher", "student"}
+    teacher, _ = CostModel.fit(
+        dataset, replace(SMALL, model=ModelConfig(members=3)), progress=False
+    )
+    # on states neither saw, the student follows the ensemble it learned from
+    unseen = random_states(dataset, 256, seed=7)
+    s, t = predict_dataset(student, unseen), predict_dataset(teacher, unseen)
+    assert np.corrcoef(s, t)[0, 1] > 0.8
+    reloaded = CostModel.load(student.save(tmp_path / "student"))
+    assert np.allclose(predict_dataset(reloaded, unseen), s, atol=1e-5)
