@@ -1,11 +1,13 @@
 """Surrogate inference throughput under jit: states -> features -> predicted log time.
 
-    python bench/bench_cost_model.py [--model data/cost_model] [--members N] [--batch 4096] [--repeats 30]
+    python bench/bench_cost_model.py [--model data/cost_model] [--members N] [--batch 4096]
+                                     [--repeats 30] [--devices N]
 
 Batched prediction from environment states (features included, as the reward computes it),
 median over repeats with block_until_ready; without --model, a freshly initialized network of
 the default configuration or of --members networks (the same computation). Also times the
-features alone.
+features alone. `--devices N` splits the host CPU into N XLA devices and shards the batch over
+them (one thread each), the way a vectorized environment would run its batch.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import time
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from cost_model.api import CostModel
 from cost_model.model import ModelConfig, build
@@ -46,7 +49,13 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=4096)
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--members", type=int, help="without --model: ensemble size to time")
+    parser.add_argument("--devices", type=int, default=1, help="host devices to shard over")
     args = parser.parse_args()
+    if args.devices > 1:  # before the first computation initializes the CPU backend
+        os.environ["XLA_FLAGS"] = (
+            os.environ.get("XLA_FLAGS", "")
+            + f" --xla_force_host_platform_device_count={args.devices}"
+        )
     if args.model:
         model = CostModel.load(args.model)
     else:
@@ -57,6 +66,10 @@ def main() -> None:
     table = encode_programs(programs)
     ids = jnp.arange(args.batch) % len(programs)
     states = jax.vmap(lambda i: initial_state(table, i, jax.random.PRNGKey(0)))(ids)
+    if args.devices > 1:
+        mesh = Mesh(jax.devices()[: args.devices], ("batch",))
+        states = jax.device_put(states, NamedSharding(mesh, PartitionSpec("batch")))
+        table = jax.device_put(table, NamedSharding(mesh, PartitionSpec()))
     median, compile_s = _timed(jax.jit(model.predict), table, states, args.repeats)
     features_only, _ = _timed(
         jax.jit(jax.vmap(features, in_axes=(None, 0))), table, states, args.repeats
@@ -64,7 +77,8 @@ def main() -> None:
     params = sum(x.size for x in jax.tree.leaves(model.params))
     print(
         f"date {time.strftime('%Y-%m-%d')}  machine {machine_fingerprint()['cpu_model']} "
-        f"({os.cpu_count()} cores)  jax {jax.__version__}; model {args.model or 'fresh'} "
+        f"({os.cpu_count()} cores, {args.devices} XLA devices)  jax {jax.__version__}; "
+        f"model {args.model or 'fresh'} "
         f"({params} parameters)"
     )
     print(

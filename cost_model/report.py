@@ -75,7 +75,8 @@ def fit_and_report(
         f"{len(data)} verified measurements of {len(data.programs)} programs "
         f"({data.skipped} not expressible as actions); training on {len(train)} rows of "
         f"{len(data.programs) - len(held)} programs, evaluating on {len(test)} rows of "
-        f"{len(held)} held-out programs (families {list(families)} + {share:.0%} of the rest)",
+        f"{len(held)} held-out dl-v0 programs (families {list(families)} + {share:.0%} of the "
+        "other dl-v0 programs)",
         file=sys.stderr,
     )
     fit_started = time.perf_counter()

@@ -255,7 +255,7 @@ def cmd_fit_cost_model(args) -> int:
 
     config = TrainConfig(
         seed=args.seed,
-        **given("epochs", "feature_noise"),
+        **given("epochs", "feature_noise", "teacher_members", "distill_states", "distill_epochs"),
         model=ModelConfig(seed=args.seed, **given("op_width", "heads", "members")),
     )
     machine = args.machine or machine_fingerprint()["machine_id"]
@@ -349,8 +349,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=int, help="passes over the training rows")
     p.add_argument("--op-width", type=int, help="width of the op tokens")
     p.add_argument("--heads", type=int, help="attention heads across ops (0: none)")
-    p.add_argument("--members", type=int, help="ensemble members, averaged")
+    p.add_argument("--members", type=int, help="networks of the shipped model, averaged")
     p.add_argument("--feature-noise", type=float, help="std of training noise on features")
+    p.add_argument(
+        "--teacher-members", type=int, help="distil an ensemble of this many networks (0: no)"
+    )
+    p.add_argument("--distill-states", type=int, help="random states the ensemble labels")
+    p.add_argument("--distill-epochs", type=int, help="passes of the distilled network")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_fit_cost_model)
 
