@@ -7,7 +7,7 @@ Batched prediction from environment states (features included, as the reward com
 median over repeats with block_until_ready; without --model, a freshly initialized network of
 the default configuration or of --members networks (the same computation). Also times the
 features alone. `--devices N` splits the host CPU into N XLA devices and shards the batch over
-them (one thread each), the way a vectorized environment would run its batch.
+them (`mlirrl_jax.host_devices`), the way a vectorized environment runs its batch.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ import time
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from cost_model.api import CostModel
 from cost_model.model import ModelConfig, build
 from mlirrl_jax.env.features import features
 from mlirrl_jax.env.state import encode_programs, initial_state
+from mlirrl_jax.host_devices import replicate, shard_rows, use_host_devices
 from mlirrl_jax.measure.fingerprint import machine_fingerprint
 from mlirrl_jax.programs import suites
 from mlirrl_jax.programs.ir import load_program
@@ -51,11 +51,7 @@ def main() -> None:
     parser.add_argument("--members", type=int, help="without --model: ensemble size to time")
     parser.add_argument("--devices", type=int, default=1, help="host devices to shard over")
     args = parser.parse_args()
-    if args.devices > 1:  # before the first computation initializes the CPU backend
-        os.environ["XLA_FLAGS"] = (
-            os.environ.get("XLA_FLAGS", "")
-            + f" --xla_force_host_platform_device_count={args.devices}"
-        )
+    use_host_devices(args.devices)  # before any JAX computation
     if args.model:
         model = CostModel.load(args.model)
     else:
@@ -66,10 +62,7 @@ def main() -> None:
     table = encode_programs(programs)
     ids = jnp.arange(args.batch) % len(programs)
     states = jax.vmap(lambda i: initial_state(table, i, jax.random.PRNGKey(0)))(ids)
-    if args.devices > 1:
-        mesh = Mesh(jax.devices()[: args.devices], ("batch",))
-        states = jax.device_put(states, NamedSharding(mesh, PartitionSpec("batch")))
-        table = jax.device_put(table, NamedSharding(mesh, PartitionSpec()))
+    states, table = shard_rows(states), replicate(table)
     median, compile_s = _timed(jax.jit(model.predict), table, states, args.repeats)
     features_only, _ = _timed(
         jax.jit(jax.vmap(features, in_axes=(None, 0))), table, states, args.repeats

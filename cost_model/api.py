@@ -22,7 +22,7 @@ from cost_model.dataset import Dataset
 from cost_model.model import ModelConfig, apply, apply_with_static, build, static_embeddings
 from cost_model.train import TrainConfig, fit
 from mlirrl_jax.env.analytic import analytic_log_time
-from mlirrl_jax.env.features import features
+from mlirrl_jax.env.features import dynamic_features, features
 from mlirrl_jax.env.state import EnvState, ProgramTable
 
 FEATURE_VERSION = 2  # bump when features change: old checkpoints then refuse to load
@@ -45,23 +45,26 @@ class CostModel:
     def log_time(self, table: ProgramTable, state: EnvState) -> jax.Array:
         """Predicted log time of one state (jittable; vmap for batches: the per-program part
         of the network does not depend on the state, so it is computed once per batch)."""
-        feats = jax.lax.optimization_barrier(features(table, state))
-        return self._apply(table, feats, state.program)
+        return self.predict(table, jax.tree.map(lambda a: a[None], state))[0]
 
     def predict(self, table: ProgramTable, states: EnvState) -> jax.Array:
         """Predicted log times of a batch of states (the network runs on the whole batch)."""
+        if "loop_in" in self.params:  # loop tokens: no separable per-program first layer
+            batch = jax.vmap(features, in_axes=(None, 0))(table, states)
+            return apply(self.graphdef, self.params, jax.lax.optimization_barrier(batch))
         # the barrier keeps XLA from fusing feature assembly into the network's layers,
         # which made the whole prediction about 1.6x slower on CPU
-        batch = jax.lax.optimization_barrier(jax.vmap(features, in_axes=(None, 0))(table, states))
-        return self._apply(table, batch, states.program)
-
-    def _apply(self, table: ProgramTable, feats, program) -> jax.Array:
-        if "loop_in" in self.params:  # loop tokens: no separable per-program first layer
-            return apply(self.graphdef, self.params, feats)
+        batch = jax.vmap(dynamic_features, in_axes=(None, 0))(table, states)
         embeddings = static_embeddings(
             self.graphdef, self.params, table.static_op, table.static_loop
         )
-        return apply_with_static(self.graphdef, self.params, feats, embeddings, program)
+        return apply_with_static(
+            self.graphdef,
+            self.params,
+            jax.lax.optimization_barrier(batch),
+            embeddings,
+            states.program,
+        )
 
     @property
     def log_time_fn(self):

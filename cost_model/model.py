@@ -31,7 +31,7 @@ class ModelConfig:
     loop_width: int = 0  # loop token size (0: an op reads its loops' features flattened)
     op_width: int = 32  # op token size
     heads: int = 2  # attention heads across ops (0: ops exchange a pooled context instead)
-    members: int = 5  # an ensemble of this many networks (different initial weights), averaged
+    members: int = 1  # an ensemble of this many networks (different initial weights), averaged
     seed: int = 0
 
     def to_json(self) -> dict:
@@ -105,19 +105,13 @@ class CostNet(nnx.Module):
         """Predicted log run time (seconds); `f` arrays carry any leading batch axes.
 
         Each op gets a time (its points times a predicted time per point) and the program's
-        time is their sum: a program of several ops costs what its ops cost. With the
-        program's `static_embedding`, only the schedule's features go through the first layer.
+        time is their sum: a program of several ops costs what its ops cost. Given the
+        program's `static_embedding`, `f` holds only the schedule's columns
+        (`dynamic_features`) and only they go through the first layer.
         """
         if static_embedding is not None:
-            dynamic = jnp.concatenate(
-                [
-                    f.op_features[..., STATIC_OP_FEATURES:],
-                    f.loop_features[..., STATIC_LOOP_FEATURES:].reshape(
-                        *f.loop_features.shape[:-2], -1
-                    ),
-                ],
-                axis=-1,
-            )
+            flat = f.loop_features.reshape(*f.loop_features.shape[:-2], -1)
+            dynamic = jnp.concatenate([f.op_features, flat], axis=-1)
             ops = nnx.relu(dynamic @ self.op_in.kernel.value[DYNAMIC_ROWS] + static_embedding)
         else:
             if self.loop_width:

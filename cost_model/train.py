@@ -25,7 +25,7 @@ from cost_model.model import ModelConfig, apply, build
 class TrainConfig:
     """How the surrogate is fitted."""
 
-    epochs: int = 200  # passes over the training rows
+    epochs: int = 100  # passes over the training rows
     programs_per_batch: int = 16  # programs sampled per batch
     rows_per_program: int = 16  # rows sampled per program in a batch
     learning_rate: float = 2e-3  # peak of the warmup-cosine schedule
@@ -38,7 +38,7 @@ class TrainConfig:
     # distillation: > 1 first fits an ensemble of this many networks, then `model` (the network
     # shipped, usually one member) on the training rows plus `distill_states` random states of
     # the training programs labeled by the ensemble, for `distill_epochs` passes
-    teacher_members: int = 0
+    teacher_members: int = 5
     distill_states: int = 20000
     distill_epochs: int = 60
 

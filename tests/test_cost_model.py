@@ -16,11 +16,11 @@ from mlirrl_jax.measure.fingerprint import machine_fingerprint
 from mlirrl_jax.measure.timing import TimingMethod
 from mlirrl_jax.store import MeasurementStore
 
-SMALL = TrainConfig(epochs=30, programs_per_batch=4, rows_per_program=8)
+SMALL = TrainConfig(epochs=30, programs_per_batch=4, rows_per_program=8, teacher_members=0)
 
 
 @pytest.fixture(scope="module")
-def dataset(tmp_path_factory):
+def store_path(tmp_path_factory):
     # a real store: real measurements of cheap train programs
     path = tmp_path_factory.mktemp("store") / "m.db"
     CollectionJob(
@@ -35,7 +35,12 @@ def dataset(tmp_path_factory):
             method=TimingMethod(min_repeats=3, min_time_s=0.01),
         )
     ).run()
-    with MeasurementStore(path) as store:
+    return path
+
+
+@pytest.fixture(scope="module")
+def dataset(store_path):
+    with MeasurementStore(store_path) as store:
         return load_dataset(store, machine_fingerprint()["machine_id"])
 
 
@@ -217,3 +222,38 @@ def test_distillation_gives_one_network_close_to_its_teacher(dataset, tmp_path):
     assert np.corrcoef(s, t)[0, 1] > 0.8
     reloaded = CostModel.load(student.save(tmp_path / "student"))
     assert np.allclose(predict_dataset(reloaded, unseen), s, atol=1e-5)
+
+
+def test_the_fit_job_writes_metrics_a_plot_and_a_model_that_reevaluates_the_same(
+    store_path, tmp_path
+):
+    from cost_model.report import evaluate_saved, fit_and_report
+
+    machine = machine_fingerprint()["machine_id"]
+    out = tmp_path / "run"
+    result = fit_and_report(store_path, out, machine, SMALL, share=0.3, progress=False)
+    assert (out / "metrics.json").is_file() and (out / "predicted_vs_measured.png").is_file()
+    assert result["held_out_programs"] >= 2 and result["train_rows"] > 0
+    for name in ("surrogate", "analytic_baseline"):
+        assert 0.0 <= result[name]["pairwise_accuracy"] <= 1.0
+        assert np.isfinite(result[name]["mape_speedup"])
+    again = evaluate_saved(out / "model", store_path)
+    assert again["held_out_rows"] == result["held_out_rows"]
+    for key in ("mape_speedup", "spearman", "pairwise_accuracy", "top1"):
+        assert again["surrogate"][key] == pytest.approx(result["surrogate"][key], abs=1e-5)
+
+
+def test_the_shipped_model_reevaluates_to_its_recorded_metrics():
+    # guards the shipped checkpoint against any drift of the features or the network code
+    import json
+    from pathlib import Path
+
+    from cost_model.report import evaluate_saved
+
+    root = Path(__file__).resolve().parent.parent
+    recorded = json.loads((root / "data" / "cost_model" / "metrics.json").read_text())
+    seed = sorted((root / "data" / "seed").glob("*.parquet"))[0]
+    again = evaluate_saved(root / "data" / "cost_model", seed)
+    assert again["held_out_rows"] == recorded["held_out_rows"]
+    for key in ("mape_speedup", "spearman", "pairwise_accuracy", "top1", "top5"):
+        assert again["surrogate"][key] == pytest.approx(recorded["surrogate"][key], abs=1e-4)

@@ -233,8 +233,10 @@ def _working_sets(access, stride, used, inner, at_position, ranked) -> jax.Array
     return jnp.concatenate(out, axis=1)
 
 
-def features(table: ProgramTable, state: EnvState) -> Features:
-    """Per-op and per-loop features of one environment's program and schedule."""
+def dynamic_features(table: ProgramTable, state: EnvState) -> Features:
+    """The schedule-dependent part of `features`: its op and loop arrays without the leading
+    per-program (static) columns, which the table holds. A predictor that precomputes what it
+    does with the static columns per program reads only these per state."""
     p = state.program
     loop_valid = table.loop_valid[p]
     op_valid = table.op_valid[p]
@@ -244,7 +246,7 @@ def features(table: ProgramTable, state: EnvState) -> Features:
     positions = jnp.sum(
         jnp.where(at_position, jnp.arange(MAX_LOOPS, dtype=jnp.float32)[:, None], 0.0), axis=1
     )
-    dynamic_loop = jnp.concatenate(
+    loop = jnp.concatenate(
         [
             state.alive[..., None],
             log2_scaled(state.extents)[..., None],
@@ -254,10 +256,9 @@ def features(table: ProgramTable, state: EnvState) -> Features:
         ],
         axis=-1,
     ).astype(jnp.float32)
-    loop = jnp.concatenate([table.static_loop[p], dynamic_loop], axis=-1)
     loop = jnp.where(loop_valid[..., None], loop, 0.0)
     vector_points = jnp.prod(jnp.where(state.alive, state.extents, 1).astype(jnp.float32), axis=1)
-    dynamic_op = jnp.stack(
+    flags = jnp.stack(
         [
             ops == state.cursor,
             ops > state.cursor,  # already scheduled (consumers come first)
@@ -272,7 +273,19 @@ def features(table: ProgramTable, state: EnvState) -> Features:
         ],
         axis=1,
     ).astype(jnp.float32)
-    op = jnp.concatenate([table.static_op[p], dynamic_op, locality_features(table, state)], axis=1)
+    op = jnp.concatenate([flags, locality_features(table, state)], axis=1)
     op = jnp.where(op_valid[:, None], op, 0.0)
     log_points = jnp.sum(jnp.where(loop_valid, jnp.log(jnp.maximum(table.extents[p], 1)), 0.0), 1)
     return Features(op, loop, op_valid, loop_valid, log_points.astype(jnp.float32))
+
+
+def features(table: ProgramTable, state: EnvState) -> Features:
+    """Per-op and per-loop features of one environment's program and schedule: the table's
+    per-program columns, then `dynamic_features` (padding rows are zero in both)."""
+    dynamic = dynamic_features(table, state)
+    return dynamic.replace(
+        op_features=jnp.concatenate([table.static_op[state.program], dynamic.op_features], -1),
+        loop_features=jnp.concatenate(
+            [table.static_loop[state.program], dynamic.loop_features], -1
+        ),
+    )
