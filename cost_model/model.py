@@ -95,10 +95,9 @@ class CostNet(nnx.Module):
         if self.loop_width:
             raise ValueError("a static embedding needs the flattened-loops network (loop_width 0)")
         flat = static_loop.reshape(*static_loop.shape[:-2], -1)
-        kernel = self.op_in.kernel.value
+        kernel = self.op_in.kernel[...]
         return (
-            jnp.concatenate([static_op, flat], axis=-1) @ kernel[STATIC_ROWS]
-            + self.op_in.bias.value
+            jnp.concatenate([static_op, flat], axis=-1) @ kernel[STATIC_ROWS] + self.op_in.bias[...]
         )
 
     def __call__(self, f: Features, static_embedding: jax.Array | None = None) -> jax.Array:
@@ -112,7 +111,7 @@ class CostNet(nnx.Module):
         if static_embedding is not None:
             flat = f.loop_features.reshape(*f.loop_features.shape[:-2], -1)
             dynamic = jnp.concatenate([f.op_features, flat], axis=-1)
-            ops = nnx.relu(dynamic @ self.op_in.kernel.value[DYNAMIC_ROWS] + static_embedding)
+            ops = nnx.relu(dynamic @ self.op_in.kernel[...][DYNAMIC_ROWS] + static_embedding)
         else:
             if self.loop_width:
                 loops = nnx.relu(self.loop_in(f.loop_features))
