@@ -13,12 +13,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 from flax import nnx
 
-from cost_model.dataset import Dataset
+from cost_model.dataset import Dataset, map_in_chunks
 from cost_model.model import ModelConfig, apply, apply_with_static, build, static_embeddings
 from cost_model.train import TrainConfig, fit
 from mlirrl_jax.env.analytic import analytic_log_time
@@ -182,8 +181,4 @@ class AnalyticModel:
 def predict_dataset(model, data: Dataset, chunk: int = 4096) -> np.ndarray:
     """Predicted log times of a dataset's rows, from the states their schedules reach."""
     predict = jax.jit(model.predict)
-    out = []
-    for start in range(0, len(data), chunk):
-        states = jax.tree.map(lambda a, s=start: jnp.asarray(a[s : s + chunk]), data.states)
-        out.append(np.asarray(predict(data.table, states)))
-    return np.concatenate(out)
+    return map_in_chunks(lambda states: predict(data.table, states), data.states, size=chunk)

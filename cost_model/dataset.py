@@ -85,15 +85,20 @@ def _family(name: str) -> str:
         return "user"
 
 
-def _in_chunks(fn, *arrays: np.ndarray, size: int = 1024):
-    """`fn` over chunks of `size` rows of `arrays` (the last one zero-padded: one compiled
-    shape for all), outputs as NumPy arrays joined along the rows."""
+def map_in_chunks(fn, *trees, size: int = 1024):
+    """`fn` over chunks of `size` rows of the pytrees `trees` (the last chunk zero-padded, so
+    a jitted `fn` compiles once), outputs as NumPy arrays joined along the rows."""
+    rows = len(jax.tree.leaves(trees)[0])
     outputs = []
-    for start in range(0, len(arrays[0]), size):
-        parts = [a[start : start + size] for a in arrays]
-        rows = len(parts[0])
-        parts = [np.concatenate([p, np.zeros((size - rows, *p.shape[1:]), p.dtype)]) for p in parts]
-        outputs.append(jax.tree.map(lambda a, n=rows: np.asarray(a)[:n], fn(*parts)))
+    for start in range(0, rows, size):
+        taken = min(size, rows - start)
+
+        def chunk(a, start=start, taken=taken):
+            part = np.asarray(a[start : start + taken])
+            return np.concatenate([part, np.zeros((size - taken, *part.shape[1:]), part.dtype)])
+
+        out = fn(*jax.tree.map(chunk, trees))
+        outputs.append(jax.tree.map(lambda a, n=taken: np.asarray(a)[:n], out))
     return jax.tree.map(lambda *chunks: np.concatenate(chunks), *outputs)
 
 
@@ -107,7 +112,7 @@ def featurize(
         states = jax.vmap(run_actions, in_axes=(None, 0, 0))(table, ids, actions)
         return states, jax.vmap(features, in_axes=(None, 0))(table, states)
 
-    return _in_chunks(one_chunk, program_ids, action_batches)
+    return map_in_chunks(one_chunk, program_ids, action_batches)
 
 
 def random_states(data: Dataset, count: int, seed: int = 0) -> Dataset:
@@ -132,7 +137,7 @@ def random_states(data: Dataset, count: int, seed: int = 0) -> Dataset:
     ids = rng.choice(np.unique(data.program), size=count).astype(np.int32)
     keys = np.asarray(jax.random.split(jax.random.PRNGKey(seed), count))
     next_weights = np.where(np.arange(count) % 2, 1.0, 0.25).astype(np.float32)
-    states, feats = _in_chunks(one_chunk, ids, keys, next_weights)
+    states, feats = map_in_chunks(one_chunk, ids, keys, next_weights)
     return Dataset(
         states,
         feats,

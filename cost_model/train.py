@@ -17,7 +17,7 @@ import optax
 from flax import nnx
 from tqdm import tqdm
 
-from cost_model.dataset import Dataset, random_states
+from cost_model.dataset import Dataset, map_in_chunks, random_states
 from cost_model.model import ModelConfig, apply, build
 
 
@@ -104,22 +104,12 @@ def fit(data: Dataset, config: TrainConfig, init=None, progress=True):
     teacher = replace(config.model, members=config.teacher_members)
     t_graphdef, t_params, history = _fit(data, replace(config, model=teacher), None, progress)
     extra = random_states(data, config.distill_states, config.seed)
-    extra.log_time = np.concatenate(
-        [
-            np.asarray(apply(t_graphdef, t_params, jax.tree.map(jnp.asarray, chunk)))
-            for chunk in _row_chunks(extra.features, 4096)
-        ]
-    ).astype(np.float32)
+    label = jax.jit(lambda feats: apply(t_graphdef, t_params, feats))
+    extra.log_time = map_in_chunks(label, extra.features, size=4096).astype(np.float32)
     student = replace(config, epochs=config.distill_epochs)
     graphdef, params, student_history = _fit(data.concat(extra), student, None, progress)
     history = [{**h, "phase": "teacher"} for h in history]
     return graphdef, params, history + [{**h, "phase": "student"} for h in student_history]
-
-
-def _row_chunks(tree, size: int):
-    rows = len(jax.tree.leaves(tree)[0])
-    for start in range(0, rows, size):
-        yield jax.tree.map(lambda a, s=start: a[s : s + size], tree)
 
 
 def _fit(data: Dataset, config: TrainConfig, init, progress):
