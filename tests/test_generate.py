@@ -39,6 +39,7 @@ from mlirrl_jax.programs.generate import (
 DL_V0_CONTENT_SHA256 = "415ba978901670eb2c288eed460cabb3edc478cfa95b1ff87364b1997cc4bb7b"
 DL_V0_METADATA_SHA256 = "e564c0872b754346e1bfa46650fbd948db3ad6295800c25f9857961e30f8414c"
 SHAPES_V0_CONTENT_SHA256 = "c18c07eea923d2139109a9138d39fc83d8d9e5f28febe5fe2fb8fcb177ea1d03"
+SHAPES_V1_CONTENT_SHA256 = "a72006a1921865806632b0c7761cb991b6d58c2475440f8e34172ff63a7a59d0"
 
 GENERALIZE = "builtin.module(linalg-generalize-named-ops)"
 # The sequential lowering of shared/reference/mlir_probe.py (no schedule).
@@ -339,10 +340,25 @@ def test_shapes_suite_is_pinned_and_disjoint_from_dl_v0() -> None:
     assert max(e.spec.c for e in shapes if e.kind.startswith("conv2d")) > 256
 
 
+def test_network_shapes_suite_is_pinned_and_disjoint() -> None:
+    assert suites.content_hash("shapes-v1") == SHAPES_V1_CONTENT_SHA256
+    shapes = suites.suite("shapes-v1")
+    assert len(shapes) == 650 and {e.model for e in shapes} == {"sampled"}
+    earlier = {e.name for name in ("dl-v0", "shapes-v0") for e in suites.suite(name)}
+    assert not {e.name for e in shapes} & earlier
+    assert all(e.uri.startswith("suite://shapes-v1/") for e in shapes)
+    # network grids: conv widths are powers of two or their 0.75x / 1.5x variants
+    widths = {e.spec.c for e in shapes if e.kind.startswith("conv2d")}
+    assert widths <= {
+        int(b * m) for b in (16, 32, 64, 128, 256, 512, 1024, 2048) for m in (1, 1.5, 0.75)
+    }
+    assert all(suites.baseline_seconds(e.spec) <= suites.MAX_BASELINE_S for e in shapes)
+
+
 def test_get_and_errors() -> None:
     entry = suites.suite()[0]
     assert suites.get(entry.uri) is entry
-    assert suites.list_suites() == ["dl-v0", "shapes-v0"]
+    assert suites.list_suites() == ["dl-v0", "shapes-v0", "shapes-v1"]
     with pytest.raises(suites.UnknownProgramError) as err:
         suites.get(entry.uri + "0")
     assert isinstance(err.value, KeyError)

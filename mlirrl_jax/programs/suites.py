@@ -402,6 +402,8 @@ class SampleRanges:
     channels: Callable[[np.random.Generator], int]  # conv input/output channels
     wide_channels: Callable[[np.random.Generator], int]  # depthwise, pool, 4-D elementwise
     matrix: Callable[[np.random.Generator], int]  # matmul-like dims
+    # conv output size (before padding); None: uniform in [7, 64], as the first suites drew it
+    spatial: Callable[[np.random.Generator], int] | None = None
 
 
 def _log_uniform_mult(rng: np.random.Generator, lo: int, hi: int, step: int) -> int:
@@ -424,6 +426,21 @@ WIDE_RANGES = SampleRanges(
 )
 
 
+def _network_size(rng: np.random.Generator, options: Sequence[int]) -> int:
+    """One of a network's usual sizes, times 1, 1.5 or 0.75 (the widths of scaled variants)."""
+    return int(_pick(rng, options) * _pick(rng, [1.0, 1.0, 1.5, 0.75]))
+
+
+# shapes-v1: the grids real networks are built on: power-of-two widths (and their 0.75x, 1.5x
+# variants), feature maps of 7 to 56, so that the surrogate sees many more network-like layers
+NETWORK_RANGES = SampleRanges(
+    channels=lambda rng: _network_size(rng, [16, 32, 64, 128, 256, 512, 1024, 2048]),
+    wide_channels=lambda rng: _network_size(rng, [32, 64, 128, 256, 512, 1024]),
+    matrix=lambda rng: _network_size(rng, [64, 128, 256, 512, 768, 1024, 2048]),
+    spatial=lambda rng: _pick(rng, [7, 14, 14, 28, 28, 56]),
+)
+
+
 def _sample_spec(kind: str, rng: np.random.Generator, ranges: SampleRanges = DL_V0_RANGES) -> Spec:
     r = ranges
     if kind == "matmul":
@@ -432,7 +449,7 @@ def _sample_spec(kind: str, rng: np.random.Generator, ranges: SampleRanges = DL_
         dims = [_mult(rng, 16, 512, 8) for _ in range(3)]
         return BatchMatmulSpec(int(rng.integers(2, 17)), *dims)
     if kind in ("conv2d", "conv_bias_relu"):
-        hw = int(rng.integers(7, 65))
+        hw = r.spatial(rng) if r.spatial else int(rng.integers(7, 65))
         c, f = r.channels(rng), r.channels(rng)
         k, s, d, pad = _sample_window(rng, [1, 3, 5, 7])
         if kind == "conv_bias_relu":
@@ -517,6 +534,21 @@ def _add_sampled(
                 added += 1
 
 
+# shapes-v1: network-like layers, weighted toward the kinds CNN stages are made of
+_SHAPES_V1_COUNTS = {
+    "matmul": 70,
+    "batch_matmul": 30,
+    "conv2d": 200,
+    "conv_bias_relu": 120,
+    "depthwise": 40,
+    "pool": 40,
+    "elementwise": 60,
+    "softmax": 30,
+    "matmul_bias_relu": 40,
+    "contraction": 20,
+}
+
+
 # ----------------------------------------------------------------------------- suites
 @functools.cache
 def _dl_v0() -> tuple[SuiteEntry, ...]:
@@ -544,9 +576,20 @@ def _shapes_v0() -> tuple[SuiteEntry, ...]:
     return tuple(b.entries.values())
 
 
+@functools.cache
+def _shapes_v1() -> tuple[SuiteEntry, ...]:
+    """Sampled network-like layers (`NETWORK_RANGES`), none of dl-v0's or shapes-v0's programs:
+    the surrogate's held-out accuracy still grows with each doubling of training programs."""
+    b = _Builder("shapes-v1")
+    taken = frozenset(e.name for e in (*_dl_v0(), *_shapes_v0()))
+    _add_sampled(b, seed=20261202, counts=_SHAPES_V1_COUNTS, ranges=NETWORK_RANGES, exclude=taken)
+    return tuple(b.entries.values())
+
+
 _SUITES: dict[str, Callable[[], tuple[SuiteEntry, ...]]] = {
     "dl-v0": _dl_v0,
     "shapes-v0": _shapes_v0,
+    "shapes-v1": _shapes_v1,
 }
 
 
