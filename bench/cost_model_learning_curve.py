@@ -39,18 +39,14 @@ TARGETS = {
 }
 
 
-def _doubling_slope(programs: list[int], values: list[float]) -> float:
-    """Least-squares change of `values` per doubling of `programs`."""
-    return float(np.polyfit(np.log2(programs), values, 1)[0])
-
-
-def _programs_for(target: float, programs: list[int], values: list[float]) -> float:
-    """Training programs at which the straight line in log2(programs) reaches `target`."""
+def _trend(programs: list[int], values: list[float], target: float) -> tuple[float, float]:
+    """Least-squares line of `values` over log2 `programs`: (change per doubling, programs at
+    which the line reaches `target`; inf if it never does)."""
     slope, intercept = np.polyfit(np.log2(programs), values, 1)
     if slope == 0:
-        return float("inf")
+        return 0.0, float("inf")
     needed = 2.0 ** ((target - intercept) / slope)
-    return float(needed) if needed > 0 else float("inf")
+    return float(slope), float(needed) if needed > 0 else float("inf")
 
 
 def main() -> None:
@@ -124,8 +120,7 @@ def main() -> None:
     print(f"\n{'metric':>17} {'per doubling':>13} {'target':>7} {'programs to reach it':>21}")
     for metric, (target, _) in TARGETS.items():
         values = [r[metric] for r in runs]
-        slope = _doubling_slope(programs, values)
-        needed = _programs_for(target, programs, values)
+        slope, needed = _trend(programs, values, target)
         trend[metric] = {"per_doubling": slope, "target": target, "programs_needed": needed}
         shown = f"{needed:,.0f}" if np.isfinite(needed) else "never (flat or worse)"
         print(f"{metric:>17} {slope:+13.4f} {target:7.2f} {shown:>21}")
