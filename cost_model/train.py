@@ -25,9 +25,10 @@ from cost_model.model import ModelConfig, apply, build
 class TrainConfig:
     """How the surrogate is fitted."""
 
-    # passes over the training rows; set with the shipped seed's size in mind so that the
-    # default fit stays within 10 minutes on a 2-core machine (the work grows with the rows)
+    # passes over the training rows, up to `max_steps` batches per network: the work grows with
+    # the rows until the cap, which keeps the default fit within 10 minutes on a 2-core machine
     epochs: int = 60
+    max_steps: int | None = 9000
     programs_per_batch: int = 16  # programs sampled per batch
     rows_per_program: int = 16  # rows sampled per program in a batch
     learning_rate: float = 2e-3  # peak of the warmup-cosine schedule
@@ -119,6 +120,8 @@ def _fit(data: Dataset, config: TrainConfig, init, progress):
     target_all = data.log_time
     batch = config.programs_per_batch * config.rows_per_program
     steps = max(10, config.epochs * len(data) // batch)
+    if config.max_steps:
+        steps = min(steps, config.max_steps)
     warmup = min(200, steps // 10)
     schedule = optax.warmup_cosine_decay_schedule(0.0, config.learning_rate, warmup, steps)
     optimizer = optax.adamw(schedule, weight_decay=config.weight_decay)

@@ -255,7 +255,14 @@ def cmd_fit_cost_model(args) -> int:
 
     config = TrainConfig(
         seed=args.seed,
-        **given("epochs", "feature_noise", "teacher_members", "distill_states", "distill_epochs"),
+        **given(
+            "epochs",
+            "max_steps",
+            "feature_noise",
+            "teacher_members",
+            "distill_states",
+            "distill_epochs",
+        ),
         model=ModelConfig(seed=args.seed, **given("op_width", "heads", "members")),
     )
     machine = args.machine or machine_fingerprint()["machine_id"]
@@ -347,6 +354,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--machine", help="machine id whose measurements to use (default: this one)")
     # unset: the defaults of cost_model.train.TrainConfig and cost_model.model.ModelConfig
     p.add_argument("--epochs", type=int, help="passes over the training rows")
+    p.add_argument(
+        "--max-steps", type=int, help="at most this many batches per network (0: no cap)"
+    )
     p.add_argument("--op-width", type=int, help="width of the op tokens")
     p.add_argument("--heads", type=int, help="attention heads across ops (0: none)")
     p.add_argument("--members", type=int, help="networks of the shipped model, averaged")

@@ -257,3 +257,18 @@ def test_the_shipped_model_reevaluates_to_its_recorded_metrics():
     assert again["held_out_rows"] == recorded["held_out_rows"]
     for key in ("mape_speedup", "spearman", "pairwise_accuracy", "top1", "top5"):
         assert again["surrogate"][key] == pytest.approx(recorded["surrogate"][key], abs=1e-4)
+
+
+def test_max_steps_caps_the_batches_of_every_phase(dataset):
+    from dataclasses import replace
+
+    from cost_model.train import fit
+
+    capped = replace(
+        SMALL, epochs=1000, max_steps=12, teacher_members=2, distill_states=64, distill_epochs=1000
+    )
+    _, _, history = fit(dataset, capped, progress=False)
+    last = {h["phase"]: h["step"] for h in history}
+    assert last == {"teacher": 11, "student": 11}
+    # uncapped, the same epochs would run many more batches
+    assert 1000 * len(dataset) // (SMALL.programs_per_batch * SMALL.rows_per_program) > 12

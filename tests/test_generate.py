@@ -40,6 +40,7 @@ DL_V0_CONTENT_SHA256 = "415ba978901670eb2c288eed460cabb3edc478cfa95b1ff87364b199
 DL_V0_METADATA_SHA256 = "e564c0872b754346e1bfa46650fbd948db3ad6295800c25f9857961e30f8414c"
 SHAPES_V0_CONTENT_SHA256 = "c18c07eea923d2139109a9138d39fc83d8d9e5f28febe5fe2fb8fcb177ea1d03"
 SHAPES_V1_CONTENT_SHA256 = "a72006a1921865806632b0c7761cb991b6d58c2475440f8e34172ff63a7a59d0"
+SHAPES_V2_CONTENT_SHA256 = "b2e6df5589dbaa593434311ff50155a6dc9c6e09ce7145410309409cc82af888"
 
 GENERALIZE = "builtin.module(linalg-generalize-named-ops)"
 # The sequential lowering of shared/reference/mlir_probe.py (no schedule).
@@ -355,10 +356,26 @@ def test_network_shapes_suite_is_pinned_and_disjoint() -> None:
     assert all(suites.baseline_seconds(e.spec) <= suites.MAX_BASELINE_S for e in shapes)
 
 
+def test_cnn_stage_shapes_suite_is_pinned_and_disjoint() -> None:
+    assert suites.content_hash("shapes-v2") == SHAPES_V2_CONTENT_SHA256
+    shapes = suites.suite("shapes-v2")
+    assert len(shapes) == 1540 and {e.model for e in shapes} == {"sampled"}
+    earlier = {e.name for name in ("dl-v0", "shapes-v0", "shapes-v1") for e in suites.suite(name)}
+    assert not {e.name for e in shapes} & earlier
+    assert all(e.uri.startswith("suite://shapes-v2/") for e in shapes)
+    # CNN-stage windows: 1x1 or 3x3, stride 1 or 2, never dilated
+    convs = [e.spec for e in shapes if e.kind.startswith("conv2d") or e.kind == "conv_bias_relu"]
+    assert len(convs) == 800
+    assert {(c.k, c.stride, c.dilation) for c in convs} == {
+        (k, s, 1) for k in (1, 3) for s in (1, 2)
+    }
+    assert all(suites.baseline_seconds(e.spec) <= suites.MAX_BASELINE_S for e in shapes)
+
+
 def test_get_and_errors() -> None:
     entry = suites.suite()[0]
     assert suites.get(entry.uri) is entry
-    assert suites.list_suites() == ["dl-v0", "shapes-v0", "shapes-v1"]
+    assert suites.list_suites() == ["dl-v0", "shapes-v0", "shapes-v1", "shapes-v2"]
     with pytest.raises(suites.UnknownProgramError) as err:
         suites.get(entry.uri + "0")
     assert isinstance(err.value, KeyError)

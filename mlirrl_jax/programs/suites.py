@@ -404,6 +404,8 @@ class SampleRanges:
     matrix: Callable[[np.random.Generator], int]  # matmul-like dims
     # conv output size (before padding); None: uniform in [7, 64], as the first suites drew it
     spatial: Callable[[np.random.Generator], int] | None = None
+    # conv (kernel, stride, dilation, pad); None: `_sample_window` over kernels 1, 3, 5, 7
+    window: Callable[[np.random.Generator], tuple[int, int, int, int]] | None = None
 
 
 def _log_uniform_mult(rng: np.random.Generator, lo: int, hi: int, step: int) -> int:
@@ -441,6 +443,23 @@ NETWORK_RANGES = SampleRanges(
 )
 
 
+def _cnn_stage_window(rng: np.random.Generator) -> tuple[int, int, int, int]:
+    """The windows of ResNet-style stages: mostly 1x1, else 3x3; stride 1 or 2; no dilation."""
+    k = _pick(rng, [1, 1, 3])
+    return k, int(rng.integers(1, 3)), 1, (k - 1) // 2
+
+
+# shapes-v2: convolutions as CNN stages build them (1x1 and 3x3 windows, feature maps 7-56 on
+# the power-of-two channel grid) and matrix sizes of transformer and classifier layers
+CNN_STAGE_RANGES = SampleRanges(
+    channels=lambda rng: _network_size(rng, [32, 64, 128, 256, 512, 1024, 2048]),
+    wide_channels=lambda rng: _network_size(rng, [64, 128, 256, 512, 1024, 2048]),
+    matrix=lambda rng: _network_size(rng, [16, 32, 64, 128, 256, 512, 768, 1024, 2048, 4096]),
+    spatial=lambda rng: _pick(rng, [7, 14, 28, 56]),
+    window=_cnn_stage_window,
+)
+
+
 def _sample_spec(kind: str, rng: np.random.Generator, ranges: SampleRanges = DL_V0_RANGES) -> Spec:
     r = ranges
     if kind == "matmul":
@@ -451,7 +470,7 @@ def _sample_spec(kind: str, rng: np.random.Generator, ranges: SampleRanges = DL_
     if kind in ("conv2d", "conv_bias_relu"):
         hw = r.spatial(rng) if r.spatial else int(rng.integers(7, 65))
         c, f = r.channels(rng), r.channels(rng)
-        k, s, d, pad = _sample_window(rng, [1, 3, 5, 7])
+        k, s, d, pad = r.window(rng) if r.window else _sample_window(rng, [1, 3, 5, 7])
         if kind == "conv_bias_relu":
             return ConvBiasReluSpec(1, hw + 2 * pad, hw + 2 * pad, c, f, k, s, d)
         layout = _pick(rng, ["nhwc", "nchw"])
@@ -549,6 +568,22 @@ _SHAPES_V1_COUNTS = {
 }
 
 
+# shapes-v2: many more distinct programs, each with fewer schedules (about 10 per hour-and-a-half
+# of collection on 2 cores), dominated by the convolutions of CNN stages
+_SHAPES_V2_COUNTS = {
+    "matmul": 200,
+    "batch_matmul": 60,
+    "conv2d": 500,
+    "conv_bias_relu": 300,
+    "depthwise": 80,
+    "pool": 80,
+    "elementwise": 150,
+    "softmax": 60,
+    "matmul_bias_relu": 80,
+    "contraction": 30,
+}
+
+
 # ----------------------------------------------------------------------------- suites
 @functools.cache
 def _dl_v0() -> tuple[SuiteEntry, ...]:
@@ -586,10 +621,21 @@ def _shapes_v1() -> tuple[SuiteEntry, ...]:
     return tuple(b.entries.values())
 
 
+@functools.cache
+def _shapes_v2() -> tuple[SuiteEntry, ...]:
+    """Sampled CNN-stage and transformer-sized layers (`CNN_STAGE_RANGES`), none of the earlier
+    suites' programs: more distinct programs, for collection with fewer schedules each."""
+    b = _Builder("shapes-v2")
+    taken = frozenset(e.name for e in (*_dl_v0(), *_shapes_v0(), *_shapes_v1()))
+    _add_sampled(b, seed=20261203, counts=_SHAPES_V2_COUNTS, ranges=CNN_STAGE_RANGES, exclude=taken)
+    return tuple(b.entries.values())
+
+
 _SUITES: dict[str, Callable[[], tuple[SuiteEntry, ...]]] = {
     "dl-v0": _dl_v0,
     "shapes-v0": _shapes_v0,
     "shapes-v1": _shapes_v1,
+    "shapes-v2": _shapes_v2,
 }
 
 
