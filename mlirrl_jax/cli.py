@@ -202,6 +202,7 @@ def cmd_collect(args) -> int:
         threads=args.threads,
         seed=args.seed,
         next_weight=args.next_weight,
+        **({"per_visit": args.per_visit} if args.per_visit else {}),
         backend=args.backend,
         address=args.address,
         timeout_s=args.timeout,
@@ -329,6 +330,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=0.25,
         help="probability weight of moving to the next op (1: uniform sampling)",
+    )
+    p.add_argument(
+        "--per-visit",
+        type=int,
+        help="schedules of a program measured in a row, its reference outputs cached "
+        "(default: CollectConfig.per_visit)",
     )
     p.add_argument("--backend", default="local", choices=["local", "ray"])
     p.add_argument("--address", help="Ray cluster address, e.g. 127.0.0.1:6379")

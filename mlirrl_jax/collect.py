@@ -47,6 +47,9 @@ class CollectConfig:
     seed: int = 0  # fixes the sampled episodes (a rerun resumes the same sequence)
     next_weight: float = 0.25  # <1: deeper schedules than uniform sampling
     uniform_share: float = 0.3  # share of episodes drawn uniformly (next_weight = 1)
+    # schedules drawn for a program before moving on to the next: a worker computes a program's
+    # inputs and reference outputs once per visit, not once per schedule
+    per_visit: int = 4
     baselines_of: tuple[str, ...] = ("train", "test")  # splits whose baselines are measured
     backend: str = "local"  # "local" worker processes or "ray"
     address: str | None = None  # Ray cluster address (backend "ray")
@@ -182,7 +185,8 @@ class CollectionJob:
         return sum(len(self._known[p.hash]) for p in self.programs)
 
     def tasks(self) -> Iterator[Task]:
-        """Baselines first, then sampled schedules round-robin over the programs."""
+        """Baselines first, then sampled schedules round-robin over the programs, `per_visit`
+        in a row of each."""
         faults = list(self.config.inject_faults)
         for program in self.baseline_programs:
             if Schedule().hash not in self._known[program.hash]:
@@ -196,7 +200,7 @@ class CollectionJob:
         stored_at_start = self.stored_for_split()
         misses = 0
         while True:
-            for index in order:
+            for index in np.repeat(order, max(1, self.config.per_visit)):
                 key, sub = jax.random.split(key)
                 sampler = uniform if rng.random() < self.config.uniform_share else deep
                 schedule, _ = sampler.schedule(int(index), sub)

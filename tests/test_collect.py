@@ -181,3 +181,27 @@ def test_a_rerun_fast_forwards_past_more_stored_schedules_than_the_exhaustion_li
     again = CollectionJob(config(66)).run()
     assert again.stored_for_split == 66 and again.new_rows == 6
     assert duplicates(tmp_path / "e.db") == 0
+
+
+def test_schedules_come_per_visit_in_a_row_of_each_program(tmp_path):
+    # after the baselines, each program gets `per_visit` sampled schedules in a row, so that a
+    # worker computes its reference outputs once per visit; every program is visited
+    job = CollectionJob(
+        CollectConfig(
+            store=tmp_path / "v.db",
+            budget=1,
+            max_mflops=0.5,
+            max_programs=5,
+            baselines_of=("train",),
+            per_visit=3,
+            progress=False,
+        )
+    )
+    tasks = job.tasks()
+    baselines = [next(tasks) for _ in job.programs]
+    assert all(t.schedule.is_empty for t in baselines)
+    sampled = [next(tasks).program.name for _ in range(3 * len(job.programs))]
+    runs = [sampled[i : i + 3] for i in range(0, len(sampled), 3)]
+    assert all(len(set(run)) == 1 for run in runs)
+    assert {run[0] for run in runs} == {p.name for p in job.programs}
+    job.store.close()
