@@ -1,7 +1,8 @@
 """How the surrogate's held-out accuracy grows with the number of training programs.
 
     python bench/cost_model_learning_curve.py --store data/measurements.db
-        [--fractions 0.125,0.25,0.5,1] [--seeds 2] [--teacher-members 1] [--out DIR]
+        [--fractions 0.125,0.25,0.5,1] [--seeds 2] [--teacher-members 1] [--epochs N]
+        [--max-steps N] [--out DIR]
 
 The held-out programs are the usual ones (`held_out_programs`); the training programs are a
 random share of the others (`--fractions`, each with `--seeds` draws, all of their rows), and
@@ -57,6 +58,12 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--teacher-members", type=int, default=1)
     parser.add_argument("--epochs", type=int, default=None)
+    parser.add_argument(
+        "--max-steps",
+        type=int,
+        default=0,
+        help="cap on batches per fit (default 0: none, so every share gets the same epochs)",
+    )
     parser.add_argument("--out", default="runs/learning-curve")
     args = parser.parse_args()
     fractions = [float(f) for f in args.fractions.split(",")]
@@ -66,13 +73,16 @@ def main() -> None:
     data = load_dataset(MeasurementStore(args.store), machine)
     train, test = data.split_by_program(held_out_programs(data))
     train_programs = np.unique(train.program)
-    config = replace(TrainConfig(), teacher_members=args.teacher_members)
+    config = replace(
+        TrainConfig(), teacher_members=args.teacher_members, max_steps=args.max_steps or None
+    )
     if args.epochs:
         config = replace(config, epochs=args.epochs)
     print(
         f"{len(train_programs)} training programs ({len(train)} rows), "
         f"{len(np.unique(test.program))} held-out programs ({len(test)} rows); "
-        f"{config.epochs} epochs, teacher members {config.teacher_members}"
+        f"{config.epochs} epochs (at most {config.max_steps or 'any number of'} batches), "
+        f"teacher members {config.teacher_members}"
     )
     header = f"{'share':>6} {'seed':>4} {'programs':>8} {'rows':>6} {'fit s':>6}  " + " ".join(
         f"{m:>17}" for m in TARGETS

@@ -23,6 +23,18 @@ def held_out_metrics(model, data: Dataset) -> tuple[dict, np.ndarray]:
     return evaluate(predicted, data.log_time, data.program, data.is_baseline), predicted
 
 
+def metrics_by_family(predicted: np.ndarray, data: Dataset) -> dict[str, dict]:
+    """`evaluate` on the rows of each model family (resnet50, bert, sampled, ...) alone."""
+    family = np.array(data.families)[data.program]
+    result = {}
+    for name in sorted(set(family.tolist())):
+        rows = np.flatnonzero(family == name)
+        result[name] = evaluate(
+            predicted[rows], data.log_time[rows], data.program[rows], data.is_baseline[rows]
+        )
+    return result
+
+
 def save_scatter(path: Path, data: Dataset, predicted: dict[str, np.ndarray]) -> Path | None:
     """Predicted vs measured log-speedup of held-out schedules, one panel per model."""
     try:
@@ -85,6 +97,7 @@ def fit_and_report(
     model.meta.update(held_out_programs=sorted(data.programs[i].name for i in held))
     metrics, predicted = held_out_metrics(model, test)
     analytic, analytic_predicted = held_out_metrics(AnalyticModel(), test)
+    training, _ = held_out_metrics(model, train)
     model.save(out / "model")
     result = {
         "command": " ".join(sys.argv),
@@ -98,6 +111,8 @@ def fit_and_report(
         "total_seconds": time.perf_counter() - started,
         "surrogate": metrics,
         "analytic_baseline": analytic,
+        "surrogate_by_family": metrics_by_family(predicted, test),
+        "surrogate_on_training_programs": training,
         "history": history,
     }
     (out / "metrics.json").write_text(json.dumps(result, indent=1))
@@ -109,18 +124,38 @@ def fit_and_report(
     return result
 
 
-def format_metrics(result: dict) -> str:
-    keys = ("mape_speedup", "spearman", "pairwise_accuracy", "top1", "top5")
-    lines = [
-        "| model | MAPE speedup | Spearman | pairwise acc. | top-1 | top-5 |",
-        "|---|---|---|---|---|---|",
+_COLUMNS = {
+    "mape_speedup": "MAPE speedup",
+    "spearman": "Spearman",
+    "pairwise_accuracy": "pairwise acc.",
+    "top1": "top-1",
+    "top5": "top-5",
+}
+
+
+def _cells(m: dict) -> list[str]:
+    return [f"{m[k]:.1%}" if k == "mape_speedup" else f"{m[k]:.3f}" for k in _COLUMNS]
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return [
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+        *("| " + " | ".join(row) + " |" for row in rows),
     ]
-    for name in ("surrogate", "analytic_baseline"):
-        m = result[name]
-        lines.append(
-            f"| {name} | "
-            + " | ".join(f"{m[k]:.1%}" if k == "mape_speedup" else f"{m[k]:.3f}" for k in keys)
-            + " |"
+
+
+def format_metrics(result: dict) -> str:
+    """Markdown tables: surrogate and analytic baseline; then the surrogate per family."""
+    lines = _table(
+        ["model", *_COLUMNS.values()],
+        [[name, *_cells(result[name])] for name in ("surrogate", "analytic_baseline")],
+    )
+    by_family = result.get("surrogate_by_family")
+    if by_family:
+        lines += [""] + _table(
+            ["held-out family", "programs", *_COLUMNS.values()],
+            [[name, str(m["programs"]), *_cells(m)] for name, m in by_family.items()],
         )
     return "\n".join(lines)
 
@@ -146,7 +181,7 @@ def evaluate_saved(model_dir: Path, dataset_path: Path) -> dict:
     names = set(model.meta.get("held_out_programs", []))
     held = {i for i, p in enumerate(data.programs) if p.name in names}
     _, test = data.split_by_program(held)
-    surrogate, _ = held_out_metrics(model, test)
+    surrogate, predicted = held_out_metrics(model, test)
     analytic, _ = held_out_metrics(AnalyticModel(), test)
     return {
         "machine_id": machine,
@@ -154,4 +189,5 @@ def evaluate_saved(model_dir: Path, dataset_path: Path) -> dict:
         "held_out_rows": len(test),
         "surrogate": surrogate,
         "analytic_baseline": analytic,
+        "surrogate_by_family": metrics_by_family(predicted, test),
     }

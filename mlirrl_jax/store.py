@@ -19,6 +19,7 @@ from pathlib import Path
 
 from mlirrl_jax.measure.timing import Measurement
 from mlirrl_jax.programs.ir import Program, parse_program
+from mlirrl_jax.schedule import Schedule
 
 SCHEMA_VERSION = 1
 MAX_SAMPLES = 16  # per-measurement medians kept per row
@@ -303,7 +304,11 @@ class MeasurementStore:
 
     # -- exchange
     def export_parquet(self, path: str | Path, machine_id: str | None = None) -> int:
-        """Write measurements (and their programs) to a Parquet file; returns the row count."""
+        """Write measurements (and their programs) to a Parquet file; returns the row count.
+
+        Compact, for shipped seeds: rows grouped by program, floats byte-stream split, zstd at
+        its strongest level; `schedule_hash` is left out, as `Schedule.loads(schedule).hash`
+        gives it back (`import_parquet` does so), and it is the one incompressible column."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -312,14 +317,21 @@ class MeasurementStore:
                 "SELECT m.*, p.mlir AS program_mlir, p.flops AS program_flops FROM measurements m "
                 "JOIN programs p USING (program_hash)"
                 + (" WHERE m.machine_id=?" if machine_id else "")
-                + " ORDER BY m.id",
+                + " ORDER BY m.program_hash, m.id",
                 (machine_id,) if machine_id else (),
             )
         )
-        names = [*COLUMNS, "program_mlir", "program_flops"]
+        names = [c for c in (*COLUMNS, "program_mlir", "program_flops") if c != "schedule_hash"]
         table = pa.table({n: [r[n] for r in rows] for n in names})
-        # the strongest zstd level: shipped seeds stay small, and reading is as fast
-        pq.write_table(table, str(path), compression="zstd", compression_level=19)
+        floats = [f.name for f in table.schema if pa.types.is_floating(f.type)]
+        pq.write_table(
+            table,
+            str(path),
+            compression="zstd",
+            compression_level=19,
+            use_dictionary=[n for n in names if n not in floats],
+            use_byte_stream_split=floats,
+        )
         return len(rows)
 
     def import_parquet(self, path: str | Path, allow_other_machines: bool = False) -> int:
@@ -327,6 +339,9 @@ class MeasurementStore:
         import pyarrow.parquet as pq
 
         records = pq.read_table(str(path)).to_pylist()
+        for r in records:  # compact exports leave the derivable schedule hash out
+            if r.get("schedule_hash") is None:
+                r["schedule_hash"] = Schedule.loads(r["schedule"]).hash
         incoming = {r["machine_id"] for r in records}
         present = self.machines()
         if present and not incoming <= present and not allow_other_machines:

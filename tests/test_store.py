@@ -92,6 +92,10 @@ def test_parquet_round_trip_and_machine_check(store, matmul, tmp_path):
         assert other.import_parquet(path) == 0  # merges, no duplicates
         assert other.count() == 2
         assert other.program(matmul.hash).hash == matmul.hash  # self-contained
+        # the schedule hash is left out of the file and derived again on import
+        assert "schedule_hash" not in pq.read_table(path).column_names
+        hashes = store.schedule_hashes(matmul.hash, machine(), 1)
+        assert len(hashes) == 2 and other.schedule_hashes(matmul.hash, machine(), 1) == hashes
     # the same file claiming to come from another machine is refused by a store of this one
     table = pq.read_table(path)
     table = table.set_column(
