@@ -32,8 +32,9 @@ def evaluate(
     - spearman: mean over programs (>= 3 schedules) of the rank correlation.
     - pairwise_accuracy: share of same-program pairs ordered correctly, over pairs whose
       measured times differ by more than `min_gap` in log (closer pairs are within noise).
-    - top1 / top5 (TenSet): mean over programs of best measured time / measured time of the
-      best among the model's top-k picks.
+    - top1 / top5 (TenSet): mean over programs (>= 2 schedules: a lone schedule is trivially
+      the best) of best measured time / measured time of the best among the model's top-k
+      picks.
     """
     errors, spearmans, top1, top5 = [], [], [], []
     correct = total = 0
@@ -54,10 +55,11 @@ def evaluate(
         pairs = np.triu(np.abs(diff_true) > min_gap, k=1)
         correct += int(np.sum((np.sign(diff_true) == np.sign(diff_pred)) & pairs))
         total += int(pairs.sum())
-        order = np.argsort(pred)
-        best = true.min()
-        top1.append(np.exp(best - true[order[:1]].min()))
-        top5.append(np.exp(best - true[order[:5]].min()))
+        if len(rows) >= 2:
+            order = np.argsort(pred)
+            best = true.min()
+            top1.append(np.exp(best - true[order[:1]].min()))
+            top5.append(np.exp(best - true[order[:5]].min()))
     spearmans = [s for s in spearmans if np.isfinite(s)]
     return {
         "programs": int(len(np.unique(program))),
@@ -66,6 +68,6 @@ def evaluate(
         "spearman": float(np.mean(spearmans)) if spearmans else float("nan"),
         "pairwise_accuracy": correct / total if total else float("nan"),
         "pairs": total,
-        "top1": float(np.mean(top1)),
-        "top5": float(np.mean(top5)),
+        "top1": float(np.mean(top1)) if top1 else float("nan"),
+        "top5": float(np.mean(top5)) if top5 else float("nan"),
     }

@@ -136,6 +136,15 @@ def test_metrics_on_known_values():
     assert m["pairwise_accuracy"] == pytest.approx(0.5)
     assert m["top1"] == pytest.approx((1.0 + 0.25) / 2)
     assert m["top5"] == 1.0
+    # a program with a lone schedule (only its baseline) has nothing to rank: left out of top-k
+    lone = evaluate(
+        np.append(flipped, 0.0),
+        np.append(measured, 0.0),
+        np.append(program, 2),
+        np.append(baseline, True),
+    )
+    assert lone["programs"] == 3
+    assert lone["top1"] == m["top1"] and lone["top5"] == m["top5"]
     # predicted speedups twice the true ones on program 0: 100% error there
     doubled = measured.copy()
     doubled[1:3] -= np.log(2)
@@ -227,7 +236,7 @@ def test_distillation_gives_one_network_close_to_its_teacher(dataset, tmp_path):
 def test_the_fit_job_writes_metrics_a_plot_and_a_model_that_reevaluates_the_same(
     store_path, tmp_path
 ):
-    from cost_model.report import evaluate_saved, fit_and_report
+    from cost_model.report import evaluate_saved, fit_and_report, format_metrics
 
     machine = machine_fingerprint()["machine_id"]
     out = tmp_path / "run"
@@ -237,10 +246,21 @@ def test_the_fit_job_writes_metrics_a_plot_and_a_model_that_reevaluates_the_same
     for name in ("surrogate", "analytic_baseline"):
         assert 0.0 <= result[name]["pairwise_accuracy"] <= 1.0
         assert np.isfinite(result[name]["mape_speedup"])
+    # per family: the held-out programs split by model family, each scored alone
+    by_family = result["surrogate_by_family"]
+    assert sum(m["programs"] for m in by_family.values()) == result["held_out_programs"]
+    assert sum(m["schedules"] for m in by_family.values()) == result["held_out_rows"]
+    if len(by_family) == 1:
+        assert next(iter(by_family.values())) == result["surrogate"]
+    training = result["surrogate_on_training_programs"]
+    assert training["schedules"] == result["train_rows"]
+    table = format_metrics(result)
+    assert all(f"| {name} | {m['programs']} |" in table for name, m in by_family.items())
     again = evaluate_saved(out / "model", store_path)
     assert again["held_out_rows"] == result["held_out_rows"]
     for key in ("mape_speedup", "spearman", "pairwise_accuracy", "top1"):
         assert again["surrogate"][key] == pytest.approx(result["surrogate"][key], abs=1e-5)
+    assert again["surrogate_by_family"].keys() == by_family.keys()
 
 
 def test_the_shipped_model_reevaluates_to_its_recorded_metrics():
