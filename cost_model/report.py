@@ -134,7 +134,11 @@ _COLUMNS = {
 
 
 def _cells(m: dict) -> list[str]:
-    return [f"{m[k]:.1%}" if k == "mape_speedup" else f"{m[k]:.3f}" for k in _COLUMNS]
+    """Formatted metrics; "-" where a metric has nothing to average (only baselines measured)."""
+    return [
+        "-" if not np.isfinite(m[k]) else f"{m[k]:.1%}" if k == "mape_speedup" else f"{m[k]:.3f}"
+        for k in _COLUMNS
+    ]
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -157,6 +161,10 @@ def format_metrics(result: dict) -> str:
             ["held-out family", "programs", *_COLUMNS.values()],
             [[name, str(m["programs"]), *_cells(m)] for name, m in by_family.items()],
         )
+        if any("-" in _cells(m) for m in by_family.values()):
+            lines.append(
+                '("-": no held-out program of the family has schedules besides its baseline)'
+            )
     return "\n".join(lines)
 
 

@@ -263,6 +263,24 @@ def test_the_fit_job_writes_metrics_a_plot_and_a_model_that_reevaluates_the_same
     assert again["surrogate_by_family"].keys() == by_family.keys()
 
 
+def test_the_metrics_table_marks_a_family_with_only_baselines():
+    from cost_model.metrics import evaluate
+    from cost_model.report import format_metrics
+
+    two = evaluate(
+        np.array([0.0, 1.0, 2.0]), np.array([0.0, 2.0, 1.0]), np.zeros(3), np.eye(3)[0] > 0
+    )
+    lone = evaluate(np.zeros(1), np.zeros(1), np.zeros(1), np.ones(1, bool))
+    result = {
+        "surrogate": two,
+        "analytic_baseline": two,
+        "surrogate_by_family": {"a": two, "b": lone},
+    }
+    table = format_metrics(result)
+    assert "| b | 1 | - | - | - | - | - |" in table and "nan" not in table
+    assert "| a | 1 | 117.5% | 0.500 | 0.667 | 1.000 | 1.000 |" in table
+
+
 def test_the_shipped_model_reevaluates_to_its_recorded_metrics():
     # guards the shipped checkpoint against any drift of the features or the network code
     import json
