@@ -5,7 +5,7 @@
 
 Batched prediction from environment states (features included, as the reward computes it),
 median over repeats with block_until_ready; without --model, a freshly initialized network of
-the default configuration or of --members networks (the same computation). Also times the
+the default configuration, of --members networks or of --op-width tokens (the same computation). Also times the
 features alone. `--devices N` splits the host CPU into N XLA devices and shards the batch over
 them (`mlirrl_jax.host_devices`), the way a vectorized environment runs its batch.
 """
@@ -49,13 +49,15 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=4096)
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--members", type=int, help="without --model: ensemble size to time")
+    parser.add_argument("--op-width", type=int, help="without --model: op token width to time")
     parser.add_argument("--devices", type=int, default=1, help="host devices to shard over")
     args = parser.parse_args()
     use_host_devices(args.devices)  # before any JAX computation
     if args.model:
         model = CostModel.load(args.model)
     else:
-        config = ModelConfig(members=args.members) if args.members else ModelConfig()
+        given = {"members": args.members, "op_width": args.op_width}
+        config = ModelConfig(**{k: v for k, v in given.items() if v is not None})
         graphdef, params = build(config)
         model = CostModel(graphdef, params, {})
     programs = [load_program(e.uri) for e in suites.split("dl-v0", "train")]

@@ -28,7 +28,7 @@ class TrainConfig:
     # passes over the training rows, up to `max_steps` batches per network: the work grows with
     # the rows until the cap, which keeps the default fit within 10 minutes on a 2-core machine
     epochs: int = 60
-    max_steps: int | None = 9000
+    max_steps: int | None = 12000
     programs_per_batch: int = 16  # programs sampled per batch
     rows_per_program: int = 16  # rows sampled per program in a batch
     learning_rate: float = 2e-3  # peak of the warmup-cosine schedule
@@ -41,7 +41,8 @@ class TrainConfig:
     # distillation: > 1 first fits an ensemble of this many networks, then `model` (the network
     # shipped, usually one member) on the training rows plus `distill_states` random states of
     # the training programs labeled by the ensemble, for `distill_epochs` passes
-    teacher_members: int = 5
+    teacher_members: int = 3
+    teacher_op_width: int = 64  # wider than the shipped network: it only labels, never serves
     distill_states: int = 20000
     distill_epochs: int = 40
 
@@ -104,7 +105,9 @@ def fit(data: Dataset, config: TrainConfig, init=None, progress=True):
     never distilled). Returns (graphdef, params, history)."""
     if init is not None or config.teacher_members <= 1:
         return _fit(data, config, init, progress)
-    teacher = replace(config.model, members=config.teacher_members)
+    teacher = replace(
+        config.model, members=config.teacher_members, op_width=config.teacher_op_width
+    )
     t_graphdef, t_params, history = _fit(data, replace(config, model=teacher), None, progress)
     extra = random_states(data, config.distill_states, config.seed)
     label = jax.jit(lambda feats: apply(t_graphdef, t_params, feats))

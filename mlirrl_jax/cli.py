@@ -261,6 +261,7 @@ def cmd_fit_cost_model(args) -> int:
             "max_steps",
             "feature_noise",
             "teacher_members",
+            "teacher_op_width",
             "distill_states",
             "distill_epochs",
         ),
@@ -371,6 +372,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--teacher-members", type=int, help="distil an ensemble of this many networks (0: no)"
     )
+    p.add_argument("--teacher-op-width", type=int, help="op token width of the ensemble's networks")
     p.add_argument("--distill-states", type=int, help="random states the ensemble labels")
     p.add_argument("--distill-epochs", type=int, help="passes of the distilled network")
     p.add_argument("--seed", type=int, default=0)

@@ -223,7 +223,9 @@ def test_distillation_gives_one_network_close_to_its_teacher(dataset, tmp_path):
     assert jax.tree.leaves(student.params)[0].shape[0] == 1
     assert {h["phase"] for h in history} == {"teacher", "student"}
     teacher, _ = CostModel.fit(
-        dataset, replace(SMALL, model=ModelConfig(members=3)), progress=False
+        dataset,
+        replace(SMALL, model=ModelConfig(members=3, op_width=config.teacher_op_width)),
+        progress=False,
     )
     # on states neither saw, the student follows the ensemble it learned from
     unseen = random_states(dataset, 256, seed=7)
