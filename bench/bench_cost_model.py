@@ -5,8 +5,8 @@
 
 Batched prediction from environment states (features included, as the reward computes it),
 median over repeats with block_until_ready; without --model, a freshly initialized network of
-the default configuration, of --members networks or of --op-width tokens (the same computation). Also times the
-features alone. `--devices N` splits the host CPU into N XLA devices and shards the batch over
+the default configuration, of --members networks or of --op-width tokens (the same
+computation). Also times the features alone. `--devices N` splits the host CPU into N XLA devices and shards the batch over
 them (`mlirrl_jax.host_devices`), the way a vectorized environment runs its batch.
 """
 
