@@ -1,13 +1,14 @@
 """Surrogate inference throughput under jit: states -> features -> predicted log time.
 
-    python bench/bench_cost_model.py [--model data/cost_model] [--members N] [--batch 4096]
-                                     [--repeats 30] [--devices N]
+    python bench/bench_cost_model.py [--model data/cost_model] [--members N] [--op-width W]
+                                     [--batch 4096] [--repeats 30] [--devices N]
 
 Batched prediction from environment states (features included, as the reward computes it),
 median over repeats with block_until_ready; without --model, a freshly initialized network of
 the default configuration, of --members networks or of --op-width tokens (the same
-computation). Also times the features alone. `--devices N` splits the host CPU into N XLA devices and shards the batch over
-them (`mlirrl_jax.host_devices`), the way a vectorized environment runs its batch.
+computation). Also times the features alone. `--devices N` splits the host CPU into N XLA
+devices and shards the batch over them (`mlirrl_jax.host_devices`), the way a vectorized
+environment runs its batch.
 """
 
 from __future__ import annotations
