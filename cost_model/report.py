@@ -161,7 +161,7 @@ def format_metrics(result: dict) -> str:
             ["held-out family", "programs", *_COLUMNS.values()],
             [[name, str(m["programs"]), *_cells(m)] for name, m in by_family.items()],
         )
-        if any("-" in _cells(m) for m in by_family.values()):
+        if any(not np.isfinite(m[k]) for m in by_family.values() for k in _COLUMNS):
             lines.append(
                 '("-": no held-out program of the family has schedules besides its baseline)'
             )
