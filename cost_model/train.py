@@ -20,6 +20,8 @@ from tqdm import tqdm
 from cost_model.dataset import Dataset, map_in_chunks, random_states
 from cost_model.model import ModelConfig, apply, build
 
+STEPS_PER_CALL = 50  # training steps per jitted call (a scan): fewer dispatches and copies
+
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -45,6 +47,7 @@ class TrainConfig:
     teacher_op_width: int = 64  # wider than the shipped network: it only labels, never serves
     distill_states: int = 20000
     distill_epochs: int = 40
+    distill_max_steps: int | None = 12000  # the distilled network's cap (`max_steps`: the rest)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -75,15 +78,32 @@ def _member_loss(predicted, target, program, config: TrainConfig):
     return total, {"mse": mse, "difference": difference, "rank": rank}
 
 
-def _with_noise(features, key, std: float):
-    """Features with Gaussian noise on the valid ops' and loops' entries (a regularizer)."""
+NOISE_BANK = 4096  # noise draws kept on the device; each training row picks one at random
+
+
+def _noise_bank(features, key, std: float):
+    """`NOISE_BANK` Gaussian draws shaped like one row's op and loop features. Drawing fresh
+    noise for every row of every batch cost more than the network's own step on CPU; picking
+    a random draw from a bank per row regularizes alike for a few integers per row."""
     k_op, k_loop = jax.random.split(key)
-    op = features.op_features
-    loop = features.loop_features
+    op_shape = features.op_features.shape[1:]
+    loop_shape = features.loop_features.shape[1:]
+    return (
+        std * jax.random.normal(k_op, (NOISE_BANK, *op_shape)),
+        std * jax.random.normal(k_loop, (NOISE_BANK, *loop_shape)),
+    )
+
+
+def _with_noise(features, key, bank):
+    """Features with a bank draw added to the valid ops' and loops' entries (a regularizer)."""
+    op_bank, loop_bank = bank
+    k_op, k_loop = jax.random.split(key)
+    rows = features.op_valid.shape[:-1]
+    op = op_bank[jax.random.randint(k_op, rows, 0, NOISE_BANK)]
+    loop = loop_bank[jax.random.randint(k_loop, rows, 0, NOISE_BANK)]
     return features.replace(
-        op_features=op + std * jax.random.normal(k_op, op.shape) * features.op_valid[..., None],
-        loop_features=loop
-        + std * jax.random.normal(k_loop, loop.shape) * features.loop_valid[..., None],
+        op_features=features.op_features + op * features.op_valid[..., None],
+        loop_features=features.loop_features + loop * features.loop_valid[..., None],
     )
 
 
@@ -112,7 +132,7 @@ def fit(data: Dataset, config: TrainConfig, init=None, progress=True):
     extra = random_states(data, config.distill_states, config.seed)
     label = jax.jit(lambda feats: apply(t_graphdef, t_params, feats))
     extra.log_time = map_in_chunks(label, extra.features, size=4096).astype(np.float32)
-    student = replace(config, epochs=config.distill_epochs)
+    student = replace(config, epochs=config.distill_epochs, max_steps=config.distill_max_steps)
     graphdef, params, student_history = _fit(data.concat(extra), student, None, progress)
     history = [{**h, "phase": "teacher"} for h in history]
     return graphdef, params, history + [{**h, "phase": "student"} for h in student_history]
@@ -120,7 +140,6 @@ def fit(data: Dataset, config: TrainConfig, init=None, progress=True):
 
 def _fit(data: Dataset, config: TrainConfig, init, progress):
     graphdef, params = init if init is not None else build(config.model)
-    target_all = data.log_time
     batch = config.programs_per_batch * config.rows_per_program
     steps = max(10, config.epochs * len(data) // batch)
     if config.max_steps:
@@ -129,45 +148,69 @@ def _fit(data: Dataset, config: TrainConfig, init, progress):
     schedule = optax.warmup_cosine_decay_schedule(0.0, config.learning_rate, warmup, steps)
     optimizer = optax.adamw(schedule, weight_decay=config.weight_decay)
     opt_state = optimizer.init(params)
+    bank_key, noise_key = jax.random.split(jax.random.PRNGKey(config.seed))
 
-    @jax.jit
-    def train_step(params, opt_state, features, target, program, key):
+    def train_step(carry, batch, features, target_all, program_all, bank):
+        params, opt_state = carry
+        rows, step = batch  # rows: (members, batch) indices into the training rows
+        feats = jax.tree.map(lambda a: a[rows], features)
         if config.feature_noise:
-            features = _with_noise(features, key, config.feature_noise)
+            feats = _with_noise(feats, jax.random.fold_in(noise_key, step), bank)
         (loss, parts), grads = jax.value_and_grad(loss_fn, argnums=1, has_aux=True)(
-            graphdef, params, features, target, program, config
+            graphdef, params, feats, target_all[rows], program_all[rows], config
         )
         updates, opt_state = optimizer.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss, parts
+        return (optax.apply_updates(params, updates), opt_state), (loss, parts)
+
+    @jax.jit
+    def train_chunk(params, opt_state, rows, step_ids, features, target_all, program_all, bank):
+        """Several steps in one call: the rows stay on the device, only indices travel."""
+        (params, opt_state), (loss, parts) = jax.lax.scan(
+            lambda c, b: train_step(c, b, features, target_all, program_all, bank),
+            (params, opt_state),
+            (rows, step_ids),
+        )
+        return params, opt_state, loss, parts
 
     members = jax.tree.leaves(params)[0].shape[0]
     streams = [
         _batches(data, config, np.random.default_rng([config.seed, m]), steps)
         for m in range(members)
     ]
-    noise_key = jax.random.PRNGKey(config.seed)
+    batches = map(np.stack, zip(*streams))  # (members, batch) per step
+    features = jax.device_put(data.features)
+    target_all, program_all = jax.device_put((data.log_time, data.program))
+    bank = _noise_bank(data.features, bank_key, config.feature_noise)
     history = []
     started = time.perf_counter()
     bar = tqdm(total=steps, disable=not progress, unit="step", mininterval=1.0)
-    for step, rows in enumerate(map(np.stack, zip(*streams))):  # (members, batch)
-        features = jax.tree.map(lambda a, r=rows: jnp.asarray(a[r]), data.features)
-        params, opt_state, loss, parts = train_step(
+    for first in range(0, steps, STEPS_PER_CALL):
+        count = min(STEPS_PER_CALL, steps - first)
+        rows = np.stack([next(batches) for _ in range(count)])
+        params, opt_state, loss, parts = train_chunk(
             params,
             opt_state,
+            jnp.asarray(rows, jnp.int32),
+            jnp.arange(first, first + count),
             features,
-            jnp.asarray(target_all[rows]),
-            jnp.asarray(data.program[rows]),
-            jax.random.fold_in(noise_key, step),
+            target_all,
+            program_all,
+            bank,
         )
-        if step % 100 == 0 or step == steps - 1:
-            record = {
-                "step": step,
-                "loss": float(loss),
-                **{k: float(v) for k, v in parts.items()},
-                "seconds": time.perf_counter() - started,
-            }
-            history.append(record)
-            bar.set_postfix(loss=f"{record['loss']:.3f}", refresh=False)
-        bar.update(1)
+        logged = [i for i in range(count) if (first + i) % 100 == 0 or first + i == steps - 1]
+        if logged:
+            loss, parts = np.asarray(loss), {k: np.asarray(v) for k, v in parts.items()}
+            seconds = time.perf_counter() - started
+            for i in logged:
+                history.append(
+                    {
+                        "step": first + i,
+                        "loss": float(loss[i]),
+                        **{k: float(v[i]) for k, v in parts.items()},
+                        "seconds": seconds,
+                    }
+                )
+            bar.set_postfix(loss=f"{history[-1]['loss']:.3f}", refresh=False)
+        bar.update(count)
     bar.close()
     return graphdef, params, history

@@ -264,6 +264,7 @@ def cmd_fit_cost_model(args) -> int:
             "teacher_op_width",
             "distill_states",
             "distill_epochs",
+            "distill_max_steps",
         ),
         model=ModelConfig(seed=args.seed, **given("op_width", "heads", "members")),
     )
@@ -363,7 +364,9 @@ def build_parser() -> argparse.ArgumentParser:
     # unset: the defaults of cost_model.train.TrainConfig and cost_model.model.ModelConfig
     p.add_argument("--epochs", type=int, help="passes over the training rows")
     p.add_argument(
-        "--max-steps", type=int, help="at most this many batches per network (0: no cap)"
+        "--max-steps",
+        type=int,
+        help="at most this many batches per network of the ensemble that labels (0: no cap)",
     )
     p.add_argument("--op-width", type=int, help="width of the op tokens")
     p.add_argument("--heads", type=int, help="attention heads across ops (0: none)")
@@ -375,6 +378,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--teacher-op-width", type=int, help="op token width of the ensemble's networks")
     p.add_argument("--distill-states", type=int, help="random states the ensemble labels")
     p.add_argument("--distill-epochs", type=int, help="passes of the distilled network")
+    p.add_argument(
+        "--distill-max-steps",
+        type=int,
+        help="at most this many batches for the distilled network (0: no cap)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_fit_cost_model)
 

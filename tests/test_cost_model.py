@@ -299,16 +299,22 @@ def test_the_shipped_model_reevaluates_to_its_recorded_metrics():
         assert again["surrogate"][key] == pytest.approx(recorded["surrogate"][key], abs=1e-4)
 
 
-def test_max_steps_caps_the_batches_of_every_phase(dataset):
+def test_step_caps_bound_the_batches_of_each_phase(dataset):
     from dataclasses import replace
 
     from cost_model.train import fit
 
     capped = replace(
-        SMALL, epochs=1000, max_steps=12, teacher_members=2, distill_states=64, distill_epochs=1000
+        SMALL,
+        epochs=1000,
+        max_steps=12,
+        teacher_members=2,
+        distill_states=64,
+        distill_epochs=1000,
+        distill_max_steps=7,
     )
     _, _, history = fit(dataset, capped, progress=False)
     last = {h["phase"]: h["step"] for h in history}
-    assert last == {"teacher": 11, "student": 11}
+    assert last == {"teacher": 11, "student": 6}
     # uncapped, the same epochs would run many more batches
     assert 1000 * len(dataset) // (SMALL.programs_per_batch * SMALL.rows_per_program) > 12
