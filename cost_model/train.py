@@ -29,8 +29,8 @@ class TrainConfig:
 
     # passes over the training rows, up to `max_steps` batches per network: the work grows with
     # the rows until the cap, which keeps the default fit within 10 minutes on a 2-core machine
-    epochs: int = 60
-    max_steps: int | None = 12000
+    epochs: int = 200
+    max_steps: int | None = 15000
     programs_per_batch: int = 16  # programs sampled per batch
     rows_per_program: int = 16  # rows sampled per program in a batch
     learning_rate: float = 2e-3  # peak of the warmup-cosine schedule
@@ -45,9 +45,9 @@ class TrainConfig:
     # the training programs labeled by the ensemble, for `distill_epochs` passes
     teacher_members: int = 3
     teacher_op_width: int = 64  # wider than the shipped network: it only labels, never serves
-    distill_states: int = 20000
-    distill_epochs: int = 40
-    distill_max_steps: int | None = 12000  # the distilled network's cap (`max_steps`: the rest)
+    distill_states: int = 40000
+    distill_epochs: int = 300
+    distill_max_steps: int | None = 50000  # the distilled network's cap (`max_steps`: the rest)
 
     def to_json(self) -> dict:
         return asdict(self)
