@@ -180,7 +180,9 @@ def _fit(data: Dataset, config: TrainConfig, init, progress):
     batches = map(np.stack, zip(*streams))  # (members, batch) per step
     features = jax.device_put(data.features)
     target_all, program_all = jax.device_put((data.log_time, data.program))
-    bank = _noise_bank(data.features, bank_key, config.feature_noise)
+    bank = (
+        _noise_bank(data.features, bank_key, config.feature_noise) if config.feature_noise else None
+    )
     history = []
     started = time.perf_counter()
     bar = tqdm(total=steps, disable=not progress, unit="step", mininterval=1.0)

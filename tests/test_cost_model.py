@@ -318,3 +318,15 @@ def test_step_caps_bound_the_batches_of_each_phase(dataset):
     assert last == {"teacher": 11, "student": 6}
     # uncapped, the same epochs would run many more batches
     assert 1000 * len(dataset) // (SMALL.programs_per_batch * SMALL.rows_per_program) > 12
+
+
+def test_fits_repeat_exactly_and_feature_noise_changes_them(dataset):
+    from dataclasses import replace
+
+    from cost_model.train import fit
+
+    quiet = replace(SMALL, max_steps=60, feature_noise=0.0)
+    leaves = lambda config: jax.tree.leaves(fit(dataset, config, progress=False)[1])  # noqa: E731
+    first, again, noisy = leaves(quiet), leaves(quiet), leaves(replace(quiet, feature_noise=0.1))
+    assert all(np.array_equal(a, b) for a, b in zip(first, again))
+    assert not all(np.allclose(a, b) for a, b in zip(first, noisy))
