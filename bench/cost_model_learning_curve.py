@@ -73,8 +73,9 @@ def main() -> None:
     data = load_dataset(MeasurementStore(args.store), machine)
     train, test = data.split_by_program(held_out_programs(data))
     train_programs = np.unique(train.program)
+    cap = args.max_steps or None
     config = replace(
-        TrainConfig(), teacher_members=args.teacher_members, max_steps=args.max_steps or None
+        TrainConfig(), teacher_members=args.teacher_members, max_steps=cap, distill_max_steps=cap
     )
     if args.epochs:
         config = replace(config, epochs=args.epochs)
