@@ -27,8 +27,9 @@ STEPS_PER_CALL = 50  # training steps per jitted call (a scan): fewer dispatches
 class TrainConfig:
     """How the surrogate is fitted."""
 
-    # passes over the training rows, up to `max_steps` batches per network: the work grows with
-    # the rows until the cap, which keeps the default fit within 10 minutes on a 2-core machine
+    # passes over the training rows, up to `max_steps` batches per network (of the ensemble, or
+    # a network fitted alone; `distill_max_steps` caps the distilled one): the work grows with
+    # the rows until the caps, which keep the default fit within 10 minutes on a 2-core machine
     epochs: int = 200
     max_steps: int | None = 15000
     programs_per_batch: int = 16  # programs sampled per batch
