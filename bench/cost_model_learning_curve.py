@@ -1,13 +1,13 @@
 """How the surrogate's held-out accuracy grows with the number of training programs.
 
     python bench/cost_model_learning_curve.py --store data/measurements.db
-        [--fractions 0.125,0.25,0.5,1] [--seeds 2] [--teacher-members 1] [--epochs N]
+        [--fractions 0.125,0.25,0.5,1] [--seeds 2] [--teacher none] [--epochs N]
         [--max-steps N] [--out DIR]
 
 The held-out programs are the usual ones (`held_out_programs`); the training programs are a
 random share of the others (`--fractions`, each with `--seeds` draws, all of their rows), and
 each share trains a fresh surrogate with the default `TrainConfig` (one network, no
-distillation, unless `--teacher-members` says otherwise). Prints one row per fit, then the
+distillation, unless `--teacher` names one). Prints one row per fit, then the
 median per share and, per metric, the change per doubling of training programs (least squares
 over log2 programs) with the programs a straight-line extrapolation would need to reach the
 surrogate's targets. Writes `learning_curve.json` and `learning_curve.png` under `--out`.
@@ -56,7 +56,7 @@ def main() -> None:
     parser.add_argument("--machine", default=None, help="machine id (default: this machine)")
     parser.add_argument("--fractions", default="0.125,0.25,0.5,1")
     parser.add_argument("--seeds", type=int, default=2)
-    parser.add_argument("--teacher-members", type=int, default=1)
+    parser.add_argument("--teacher", default="none", help="trees, networks or none")
     parser.add_argument("--epochs", type=int, default=None)
     parser.add_argument(
         "--max-steps",
@@ -74,16 +74,14 @@ def main() -> None:
     train, test = data.split_by_program(held_out_programs(data))
     train_programs = np.unique(train.program)
     cap = args.max_steps or None
-    config = replace(
-        TrainConfig(), teacher_members=args.teacher_members, max_steps=cap, distill_max_steps=cap
-    )
+    config = replace(TrainConfig(), teacher=args.teacher, max_steps=cap, distill_max_steps=cap)
     if args.epochs:
         config = replace(config, epochs=args.epochs)
     print(
         f"{len(train_programs)} training programs ({len(train)} rows), "
         f"{len(np.unique(test.program))} held-out programs ({len(test)} rows); "
         f"{config.epochs} epochs (at most {config.max_steps or 'any number of'} batches), "
-        f"teacher members {config.teacher_members}"
+        f"teacher {config.teacher}"
     )
     header = f"{'share':>6} {'seed':>4} {'programs':>8} {'rows':>6} {'fit s':>6}  " + " ".join(
         f"{m:>17}" for m in TARGETS

@@ -19,36 +19,49 @@ from tqdm import tqdm
 
 from cost_model.dataset import Dataset, map_in_chunks, random_states
 from cost_model.model import ModelConfig, apply, build
+from cost_model.teacher import fit_tree_teacher
 
 STEPS_PER_CALL = 50  # training steps per jitted call (a scan): fewer dispatches and copies
+TEACHERS = ("trees", "networks", "none")
 
 
 @dataclass(frozen=True)
 class TrainConfig:
     """How the surrogate is fitted."""
 
-    # passes over the training rows, up to `max_steps` batches per network (of the ensemble, or
-    # a network fitted alone; `distill_max_steps` caps the distilled one): the work grows with
-    # the rows until the caps, which keep the default fit within 10 minutes on a 2-core machine
+    # passes over the training rows, up to `max_steps` batches per network (of a networks
+    # teacher, or a network fitted alone; `distill_max_steps` caps the distilled one): the work
+    # grows with the rows until the caps, which keep the default fit within 10 minutes on a
+    # 2-core machine
     epochs: int = 200
     max_steps: int | None = 15000
     programs_per_batch: int = 16  # programs sampled per batch
     rows_per_program: int = 16  # rows sampled per program in a batch
     learning_rate: float = 2e-3  # peak of the warmup-cosine schedule
     weight_decay: float = 1e-4
-    feature_noise: float = 0.03  # std of Gaussian noise added to op and loop features in training
+    # std of Gaussian noise added to op and loop features in training (a regularizer that
+    # helped networks fitted on the measurements alone; a distilled network does better without)
+    feature_noise: float = 0.0
     difference_weight: float = 1.0  # weight of the within-program log-time difference loss
     rank_weight: float = 0.5  # weight of the within-program logistic ranking loss
     seed: int = 0
     model: ModelConfig = field(default_factory=ModelConfig)
-    # distillation: > 1 first fits an ensemble of this many networks, then `model` (the network
-    # shipped, usually one member) on the training rows plus `distill_states` random states of
-    # the training programs labeled by the ensemble, for `distill_epochs` passes
+    # distillation: a teacher is fitted first, then `model` (the network shipped) on the
+    # training rows plus `distill_states` random states of the training programs labeled by the
+    # teacher, for `distill_epochs` passes. Teachers: "trees" (gradient-boosted trees,
+    # `cost_model.teacher`), "networks" (an ensemble of `teacher_members` networks), "none"
+    teacher: str = "trees"
+    teacher_rounds: int = 1000  # trees boosted
+    teacher_leaves: int = 127  # leaves per tree
     teacher_members: int = 3
     teacher_op_width: int = 64  # wider than the shipped network: it only labels, never serves
-    distill_states: int = 40000
+    distill_states: int = 150000
     distill_epochs: int = 300
-    distill_max_steps: int | None = 50000  # the distilled network's cap (`max_steps`: the rest)
+    distill_max_steps: int | None = 40000  # the distilled network's cap (`max_steps`: the rest)
+
+    def __post_init__(self):
+        if self.teacher not in TEACHERS:
+            raise ValueError(f"teacher {self.teacher!r}: expected one of {', '.join(TEACHERS)}")
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -124,18 +137,28 @@ def _batches(data: Dataset, config: TrainConfig, rng: np.random.Generator, steps
 def fit(data: Dataset, config: TrainConfig, init=None, progress=True):
     """Train on `data`; `init` = (graphdef, params) continues from those weights (fine-tuning,
     never distilled). Returns (graphdef, params, history)."""
-    if init is not None or config.teacher_members <= 1:
+    if init is not None or config.teacher == "none":
         return _fit(data, config, init, progress)
-    teacher = replace(
-        config.model, members=config.teacher_members, op_width=config.teacher_op_width
-    )
-    t_graphdef, t_params, history = _fit(data, replace(config, model=teacher), None, progress)
+    started = time.perf_counter()
+    if config.teacher == "trees":
+        trees, history = fit_tree_teacher(
+            data, config.teacher_rounds, config.teacher_leaves, config.seed, progress
+        )
+        label = trees.predict
+    else:
+        teacher = replace(
+            config.model, members=config.teacher_members, op_width=config.teacher_op_width
+        )
+        t_graphdef, t_params, history = _fit(data, replace(config, model=teacher), None, progress)
+        jitted = jax.jit(lambda feats: apply(t_graphdef, t_params, feats))
+        label = lambda feats: map_in_chunks(jitted, feats, size=4096)  # noqa: E731
     extra = random_states(data, config.distill_states, config.seed)
-    label = jax.jit(lambda feats: apply(t_graphdef, t_params, feats))
-    extra.log_time = map_in_chunks(label, extra.features, size=4096).astype(np.float32)
+    extra.log_time = np.asarray(label(extra.features), np.float32)
+    teacher_seconds = time.perf_counter() - started
     student = replace(config, epochs=config.distill_epochs, max_steps=config.distill_max_steps)
     graphdef, params, student_history = _fit(data.concat(extra), student, None, progress)
     history = [{**h, "phase": "teacher"} for h in history]
+    history.append({"phase": "labels", "states": len(extra), "seconds": teacher_seconds})
     return graphdef, params, history + [{**h, "phase": "student"} for h in student_history]
 
 

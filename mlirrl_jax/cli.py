@@ -260,6 +260,9 @@ def cmd_fit_cost_model(args) -> int:
             "epochs",
             "max_steps",
             "feature_noise",
+            "teacher",
+            "teacher_rounds",
+            "teacher_leaves",
             "teacher_members",
             "teacher_op_width",
             "distill_states",
@@ -366,17 +369,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--max-steps",
         type=int,
-        help="at most this many batches per network of the ensemble that labels (0: no cap)",
+        help="at most this many batches per network of a networks teacher (0: no cap)",
     )
     p.add_argument("--op-width", type=int, help="width of the op tokens")
     p.add_argument("--heads", type=int, help="attention heads across ops (0: none)")
     p.add_argument("--members", type=int, help="networks of the shipped model, averaged")
     p.add_argument("--feature-noise", type=float, help="std of training noise on features")
     p.add_argument(
-        "--teacher-members", type=int, help="distil an ensemble of this many networks (0: no)"
+        "--teacher",
+        help="what labels random states for the shipped network: trees (boosted), networks "
+        "(an ensemble), or none (the network learns from the measurements alone)",
     )
-    p.add_argument("--teacher-op-width", type=int, help="op token width of the ensemble's networks")
-    p.add_argument("--distill-states", type=int, help="random states the ensemble labels")
+    p.add_argument("--teacher-rounds", type=int, help="trees the trees teacher boosts")
+    p.add_argument("--teacher-leaves", type=int, help="leaves per tree of the trees teacher")
+    p.add_argument("--teacher-members", type=int, help="networks of a networks teacher")
+    p.add_argument("--teacher-op-width", type=int, help="op token width of a networks teacher")
+    p.add_argument("--distill-states", type=int, help="random states the teacher labels")
     p.add_argument("--distill-epochs", type=int, help="passes of the distilled network")
     p.add_argument(
         "--distill-max-steps",
