@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 from flax import nnx
@@ -22,9 +23,17 @@ from cost_model.model import ModelConfig, apply, apply_with_static, build, stati
 from cost_model.train import TrainConfig, fit
 from mlirrl_jax.env.analytic import analytic_log_time
 from mlirrl_jax.env.features import dynamic_features, features
-from mlirrl_jax.env.state import EnvState, ProgramTable
+from mlirrl_jax.env.state import EnvState, ProgramTable, trim_ops, trim_table
+from mlirrl_jax.host_devices import on_each_device
 
-FEATURE_VERSION = 2  # bump when features change: old checkpoints then refuse to load
+FEATURE_VERSION = 3  # bump when features change: old checkpoints then refuse to load
+PREDICT_CHUNK = 256  # rows per step of `CostModel.predictor`
+
+
+def slot_sizes(op_slots: int) -> list[int]:
+    """The op-slot counts `CostModel.predictor` compiles a chunk for, up to `op_slots`: most
+    programs have 1 to 3 ops; each count is one more compiled branch (several seconds)."""
+    return sorted({s for s in (1, 2, 3) if s < op_slots} | {op_slots})
 
 
 class CostModel:
@@ -47,16 +56,19 @@ class CostModel:
         return self.predict(table, jax.tree.map(lambda a: a[None], state))[0]
 
     def predict(self, table: ProgramTable, states: EnvState) -> jax.Array:
-        """Predicted log times of a batch of states (the network runs on the whole batch)."""
+        """Predicted log times of a batch of states (the network runs on the whole batch, over
+        the table's op slots only: `trim_ops`)."""
+        return self._predict(*trim_ops(table, states))
+
+    def _predict(self, table: ProgramTable, states: EnvState, embeddings=None) -> jax.Array:
         if "loop_in" in self.params:  # loop tokens: no separable per-program first layer
             batch = jax.vmap(features, in_axes=(None, 0))(table, states)
             return apply(self.graphdef, self.params, jax.lax.optimization_barrier(batch))
         # the barrier keeps XLA from fusing feature assembly into the network's layers,
         # which made the whole prediction about 1.6x slower on CPU
         batch = jax.vmap(dynamic_features, in_axes=(None, 0))(table, states)
-        embeddings = static_embeddings(
-            self.graphdef, self.params, table.static_op, table.static_loop
-        )
+        if embeddings is None:
+            embeddings = self._static_embeddings(table)
         return apply_with_static(
             self.graphdef,
             self.params,
@@ -64,6 +76,60 @@ class CostModel:
             embeddings,
             states.program,
         )
+
+    def _static_embeddings(self, table: ProgramTable):
+        if "loop_in" in self.params:
+            return None
+        return static_embeddings(self.graphdef, self.params, table.static_op, table.static_loop)
+
+    def predictor(self, chunk: int = PREDICT_CHUNK, devices: list | None = None):
+        """A jitted `(table, states) -> log times` (the same as `predict`) for large batches.
+
+        The rows are split over `devices` (default: all host devices; call
+        `use_host_devices` first; the table replicated, `host_devices.replicate`). Each device
+        orders its rows by their programs' op counts and predicts them `chunk` at a time, each
+        chunk over only as many op slots as its largest program has: the work follows the
+        ops the states have, not the table's widest program, and a chunk's features and
+        activations stay in cache. The rows must be a multiple of devices x chunk."""
+        count = len(devices or jax.devices())
+
+        def local(table: ProgramTable, states: EnvState) -> jax.Array:
+            rows = states.program.shape[0]
+            n_ops = table.n_ops[states.program]
+            order = jnp.argsort(n_ops)  # fewest ops first
+            chunks = jax.tree.map(
+                lambda a: a[order].reshape(rows // chunk, chunk, *a.shape[1:]), states
+            )
+            embeddings = self._static_embeddings(table)  # once for all the chunks
+            sizes = slot_sizes(table.op_slots)
+
+            def branch(slots: int):
+                cut_table = trim_table(table, slots)
+                cut_embeddings = None if embeddings is None else embeddings[:, :, :slots]
+
+                def run(part: EnvState) -> jax.Array:
+                    return self._predict(cut_table, trim_ops(table, part, slots)[1], cut_embeddings)
+
+                return run
+
+            def one(part: EnvState) -> jax.Array:
+                need = jnp.max(table.n_ops[part.program])
+                which = jnp.searchsorted(jnp.asarray(sizes), need)
+                return jax.lax.switch(which, [branch(s) for s in sizes], part)
+
+            predicted = jax.lax.map(one, chunks).reshape(rows)
+            return jnp.zeros_like(predicted).at[order].set(predicted)
+
+        spread = on_each_device(local, devices)
+
+        @jax.jit
+        def predict(table: ProgramTable, states: EnvState) -> jax.Array:
+            rows = states.program.shape[0]
+            if rows % (count * chunk):
+                raise ValueError(f"{rows} rows: the predictor takes multiples of {count * chunk}")
+            return spread(table, states)
+
+        return predict
 
     @property
     def log_time_fn(self):

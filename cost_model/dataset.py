@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import jax
 import numpy as np
+from tqdm import tqdm
 
 from mlirrl_jax.actions import NEXT, encode_action
 from mlirrl_jax.env.features import Features, features
@@ -85,11 +86,13 @@ def _family(name: str) -> str:
         return "user"
 
 
-def map_in_chunks(fn, *trees, size: int = 1024):
+def map_in_chunks(fn, *trees, size: int = 1024, progress: str | None = None):
     """`fn` over chunks of `size` rows of the pytrees `trees` (the last chunk zero-padded, so
-    a jitted `fn` compiles once), outputs as NumPy arrays joined along the rows."""
+    a jitted `fn` compiles once), outputs as NumPy arrays joined along the rows; `progress`
+    names a progress bar over the rows."""
     rows = len(jax.tree.leaves(trees)[0])
     outputs = []
+    bar = tqdm(total=rows, desc=progress, unit="row", disable=progress is None, leave=False)
     for start in range(0, rows, size):
         taken = min(size, rows - start)
 
@@ -99,6 +102,8 @@ def map_in_chunks(fn, *trees, size: int = 1024):
 
         out = fn(*jax.tree.map(chunk, trees))
         outputs.append(jax.tree.map(lambda a, n=taken: np.asarray(a)[:n], out))
+        bar.update(taken)
+    bar.close()
     return jax.tree.map(lambda *chunks: np.concatenate(chunks), *outputs)
 
 
@@ -115,18 +120,23 @@ def featurize(
     return map_in_chunks(one_chunk, program_ids, action_batches)
 
 
-def random_states(data: Dataset, count: int, seed: int = 0) -> Dataset:
+def random_states(data: Dataset, count: int, seed: int = 0, progress: bool = False) -> Dataset:
     """`count` states that random legal episodes reach on `data`'s programs (half uniform, half
     biased toward deeper schedules, as collection samples them), unlabeled (log_time 0)."""
     table = data.table
 
     def episode(program, key, next_weight):
-        def body(state, step_key):
-            action = sample_action(step_key, action_mask(table, state), next_weight)
-            return transition(table, state, action)[0], None
+        step_keys = jax.random.split(key, MAX_EPISODE_STEPS)
 
+        def body(carry):
+            state, step = carry
+            action = sample_action(step_keys[step], action_mask(table, state), next_weight)
+            return transition(table, state, action)[0], step + 1
+
+        # A while loop, not a scan: most episodes end long before the step limit, and a
+        # vmapped loop stops as soon as every episode of the chunk has ended.
         state = initial_state(table, program, key)
-        return jax.lax.scan(body, state, jax.random.split(key, MAX_EPISODE_STEPS))[0]
+        return jax.lax.while_loop(lambda c: ~c[0].done, body, (state, 0))[0]
 
     @jax.jit
     def one_chunk(ids, keys, next_weights):
@@ -137,7 +147,9 @@ def random_states(data: Dataset, count: int, seed: int = 0) -> Dataset:
     ids = rng.choice(np.unique(data.program), size=count).astype(np.int32)
     keys = np.asarray(jax.random.split(jax.random.PRNGKey(seed), count))
     next_weights = np.where(np.arange(count) % 2, 1.0, 0.25).astype(np.float32)
-    states, feats = map_in_chunks(one_chunk, ids, keys, next_weights)
+    states, feats = map_in_chunks(
+        one_chunk, ids, keys, next_weights, progress="random states" if progress else None
+    )
     return Dataset(
         states,
         feats,

@@ -51,7 +51,7 @@ class TrainConfig:
     # teacher, for `distill_epochs` passes. Teachers: "trees" (gradient-boosted trees,
     # `cost_model.teacher`), "networks" (an ensemble of `teacher_members` networks), "none"
     teacher: str = "trees"
-    teacher_rounds: int = 1000  # trees boosted
+    teacher_rounds: int = 500  # trees boosted (1,000 labeled no better in a probe)
     teacher_leaves: int = 127  # leaves per tree
     teacher_members: int = 3
     teacher_op_width: int = 64  # wider than the shipped network: it only labels, never serves
@@ -152,7 +152,7 @@ def fit(data: Dataset, config: TrainConfig, init=None, progress=True):
         t_graphdef, t_params, history = _fit(data, replace(config, model=teacher), None, progress)
         jitted = jax.jit(lambda feats: apply(t_graphdef, t_params, feats))
         label = lambda feats: map_in_chunks(jitted, feats, size=4096)  # noqa: E731
-    extra = random_states(data, config.distill_states, config.seed)
+    extra = random_states(data, config.distill_states, config.seed, progress)
     extra.log_time = np.asarray(label(extra.features), np.float32)
     teacher_seconds = time.perf_counter() - started
     student = replace(config, epochs=config.distill_epochs, max_steps=config.distill_max_steps)

@@ -60,3 +60,17 @@ def replicate(tree, devices: list | None = None):
     """The pytree copied to every device (tables that every shard reads)."""
     devices = devices or jax.devices()
     return jax.device_put(tree, NamedSharding(Mesh(devices, ("rows",)), PartitionSpec()))
+
+
+def on_each_device(fn, devices: list | None = None):
+    """`fn(table, rows)` run by every device on its own rows: the rows' leading axis split over
+    `devices` (default: all), the table replicated; the outputs' leading axes joined. Unlike
+    jit over sharded inputs, each device runs `fn` as written for its part (a loop over chunks
+    stays a loop per device instead of being partitioned)."""
+    mesh = Mesh(devices or jax.devices(), ("rows",))
+    return jax.shard_map(
+        fn,
+        mesh=mesh,
+        in_specs=(PartitionSpec(), PartitionSpec("rows")),
+        out_specs=PartitionSpec("rows"),
+    )

@@ -9,9 +9,12 @@ from cost_model.api import AnalyticModel, CostModel, predict_dataset
 from cost_model.dataset import load_dataset
 from cost_model.metrics import evaluate
 from cost_model.train import TrainConfig
+from mlirrl_jax.actions import MAX_OPS
 from mlirrl_jax.collect import CollectConfig, CollectionJob
+from mlirrl_jax.env.features import features
 from mlirrl_jax.env.jax_env import JaxEnv, sample_action
 from mlirrl_jax.env.replay import schedule_to_actions
+from mlirrl_jax.env.state import trim_ops
 from mlirrl_jax.measure.fingerprint import machine_fingerprint
 from mlirrl_jax.measure.timing import TimingMethod
 from mlirrl_jax.store import MeasurementStore
@@ -106,6 +109,29 @@ def test_update_fine_tunes_from_current_weights(model, dataset):
     before, after = predict_dataset(trained, dataset), predict_dataset(updated, dataset)
     assert not np.allclose(before, after)
     assert np.corrcoef(before, after)[0, 1] > 0.5  # continued, not restarted
+
+
+def test_predictions_run_over_the_tables_op_slots_only(model, dataset):
+    trained, _ = model
+    table = dataset.table
+    assert table.op_slots == max(len(p.ops) for p in dataset.programs) < MAX_OPS
+    states = jax.tree.map(lambda a: a[:48], dataset.states)
+    cut_table, cut = trim_ops(table, states)
+    assert cut.extents.shape[1] == cut_table.extents.shape[1] == table.op_slots
+    # the cut slots were padding: the features of the kept ones are the same
+    whole = jax.vmap(features, in_axes=(None, 0))(table, states)
+    part = jax.vmap(features, in_axes=(None, 0))(cut_table, cut)
+    for name in ("op_features", "loop_features", "op_valid"):
+        kept = np.asarray(getattr(whole, name))[:, : table.op_slots]
+        assert np.allclose(kept, np.asarray(getattr(part, name)), atol=1e-6), name
+        assert not np.asarray(getattr(whole, name))[:, table.op_slots :].any()
+    untrimmed = trained.predict(table.replace(op_slots=MAX_OPS), states)
+    assert np.allclose(trained.predict(table, states), untrimmed, atol=1e-5)
+    # the chunked predictor computes the same; its rows come in whole chunks
+    predictor = trained.predictor(chunk=16)
+    assert np.allclose(predictor(table, states), untrimmed, atol=1e-5)
+    with pytest.raises(ValueError, match="multiples of 16"):
+        predictor(table, jax.tree.map(lambda a: a[:40], states))
 
 
 @pytest.mark.parametrize("which", ["surrogate", "analytic"])

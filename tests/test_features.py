@@ -10,6 +10,8 @@ from mlirrl_jax.env.features import (
     LOCALITY_FEATURES,
     MAX_OPERANDS,
     N_LEVELS,
+    N_NEST,
+    NEST_LOOP_FEATURES,
     features,
     level_extents,
     locality_features,
@@ -84,15 +86,89 @@ def test_levels_and_footprints_of_a_tiled_matmul(matmul):
     trips = f[N_LEVELS * (MAX_OPERANDS + 1) : N_LEVELS * (MAX_OPERANDS + 2) + 1]
     tiles_per_level = [np.log2(M * N * K), np.log2(2 * 3), np.log2(4 * 2 * K), 0.0]
     assert trips.tolist() == pytest.approx([*tiles_per_level, np.log2(8 * 6 * K)], abs=1e-4)
-    # innermost live loop: n (16 wide, contiguous in B and C), then m (k has extent 1)
-    inner = f[N_LEVELS * (MAX_OPERANDS + 2) + 1 :]
-    width = 5 * MAX_OPERANDS + 2
-    one_hot = inner[: 3 * MAX_OPERANDS].reshape(MAX_OPERANDS, 3) / 32
-    assert one_hot[:3].argmax(1).tolist() == [0, 2, 2]  # A unused, B and C contiguous
-    assert inner[width - 1] == pytest.approx(np.log2(16) * 2)  # extent, scaled /16
-    assert inner[2 * width - 1] == pytest.approx(np.log2(8) * 2)
-    lanes = inner[2 * width + 1 : 2 * width + 1 + MAX_OPERANDS] / 2
+    lanes = f[N_LEVELS * (MAX_OPERANDS + 2) + 1 :][:MAX_OPERANDS] / 2
     assert lanes[:3] == pytest.approx([0.0, 4.0, 4.0])  # k is 1 for A: no contiguous lanes
+
+
+def _nest(table, state, op):
+    """The nest part of an op's locality features, unscaled: (loops, working sets) with a row
+    per nest loop, innermost first."""
+    f = np.asarray(locality_features(table, state))[op]
+    start = N_LEVELS * (MAX_OPERANDS + 2) + 1 + 2 * MAX_OPERANDS
+    loops = f[start : start + N_NEST * NEST_LOOP_FEATURES].reshape(N_NEST, NEST_LOOP_FEATURES)
+    sets = f[start + N_NEST * NEST_LOOP_FEATURES :][: N_NEST * (MAX_OPERANDS + 1)]
+    return loops, sets.reshape(N_NEST, MAX_OPERANDS + 1) * 32
+
+
+def _nest_loop(row):
+    """(level, log2 trips, reduction, access code per operand, log2 bytes a step moves)."""
+    level = int(row[:N_LEVELS].argmax()) if row[:N_LEVELS].any() else -1
+    rest = row[N_LEVELS:]
+    strided, contiguous = rest[2 : 2 + MAX_OPERANDS], rest[2 + MAX_OPERANDS : 2 + 2 * MAX_OPERANDS]
+    code = (strided + 2 * contiguous).astype(int)[:3].tolist()
+    return level, rest[0] * 16, bool(rest[1]), code, (rest[-MAX_OPERANDS:] * 32)[:3].tolist()
+
+
+TILED = [
+    {"kind": "tile_parallel", "sizes": [32, 32, 0]},
+    {"kind": "interchange", "permutation": [0, 2, 1]},
+    {"kind": "tile", "sizes": [8, 16, 1]},
+]
+
+
+def test_nest_loops_and_working_sets_of_a_tiled_interchanged_matmul(matmul):
+    op = next(o for o in matmul.ops if o.kind == "matmul").id
+    table, state = _state(matmul, [{"op": op, "transforms": TILED}])
+    loops, sets = _nest(table, state, op)
+    # the nest: forall (m, n) / tile loops (m, k, n) / point loops (m, n); k's tile is 1 wide.
+    # Innermost first: point n, point m, tile n (32 in steps of 16), tile k (128 in steps of 1)
+    point, tile = N_LEVELS - 1, 1
+    expected = [
+        (point, 4.0, False, [0, 2, 2], [0.0, 2.0, 2.0]),
+        (point, 3.0, False, [1, 0, 1], [np.log2(K * 4), 0.0, np.log2(N * 4)]),
+        (tile, 1.0, False, [0, 2, 2], [0.0, 6.0, 6.0]),
+        (tile, 7.0, True, [2, 1, 0], [2.0, np.log2(N * 4), 0.0]),
+    ]
+    for row, (level, trips, reduction, code, moved) in zip(loops, expected, strict=True):
+        got = _nest_loop(row)
+        assert got[:4] == (level, pytest.approx(trips), reduction, code)
+        assert got[4] == pytest.approx(moved, abs=1e-5)
+    # bytes of A, B, C the innermost 1..4 loops touch (strided walks in whole 64-byte lines)
+    touched = np.log2(
+        [
+            [4, 16 * 4, 16 * 4],  # one element of A; 16 of B and C
+            [8 * 64, 16 * 4, 8 * 64],  # 8 rows of A and C: a line each
+            [8 * 64, 32 * 4, 8 * 32 * 4],
+            [8 * 128 * 4, 128 * 32 * 4, 8 * 32 * 4],
+        ]
+    )
+    assert sets[:, :3] == pytest.approx(touched, abs=1e-4)
+    assert np.all(sets[:, 3] == 0)  # no fourth operand
+    assert sets[:, 4] == pytest.approx(np.log2(np.exp2(touched).sum(1) + 1), abs=1e-4)
+
+
+def test_a_vectorized_tile_is_one_operation_of_the_nest(matmul):
+    op = next(o for o in matmul.ops if o.kind == "matmul").id
+    table, state = _state(matmul, [{"op": op, "transforms": [*TILED, {"kind": "vectorize"}]}])
+    loops, sets = _nest(table, state, op)
+    # no point loops: the innermost are the tile loops n, k, m, then the forall loop n
+    levels = [_nest_loop(row)[:2] for row in loops]
+    assert levels == [
+        (1, pytest.approx(1.0)),
+        (1, pytest.approx(7.0)),
+        (1, pytest.approx(2.0)),
+        (0, pytest.approx(np.log2(3))),
+    ]
+    # the working sets start from the 8 x 1 x 16 vector tile
+    assert sets[0, :3] == pytest.approx(np.log2([8 * 64, 32 * 4, 8 * 32 * 4]), abs=1e-4)
+    code = np.asarray(locality_features(table, state))[op, -(3 * MAX_OPERANDS + 1) :] * 16
+    elements, transfers, run = code[:-1].reshape(3, MAX_OPERANDS)[:, :3]
+    assert elements == pytest.approx(np.log2([8, 16, 8 * 16]))  # A 8x1, B 1x16, C 8x16
+    assert transfers == pytest.approx(np.log2([8, 1, 8]))  # A's rows are one element long
+    assert run == pytest.approx(np.log2([1, 16, 16]))
+    assert code[-1] == pytest.approx(np.log2(1 + 2 + 16 + 1))  # 8-lane registers, log2(n + 1)
+    unvectorized = _state(matmul, [{"op": op, "transforms": TILED}])[1]
+    assert not np.asarray(locality_features(table, unvectorized))[op, -13:].any()
 
 
 def test_features_are_finite_and_bounded_on_random_episodes():
@@ -109,4 +185,9 @@ def test_features_are_finite_and_bounded_on_random_episodes():
             valid = np.asarray(table.loop_valid[state.program])
             assert np.all(np.diff(ext, axis=0)[:, valid] <= 0)  # tiles only shrink
             assert np.array_equal(ext[-1][valid], np.asarray(state.extents)[valid])
+            # every loop the nest features name exists: more than one trip (decomposed ops
+            # included, whose loop order lost two loops)
+            for op in np.flatnonzero(np.asarray(table.op_valid[state.program])):
+                for row in _nest(table, state, op)[0]:
+                    assert not row[:N_LEVELS].any() or row[N_LEVELS] > 0
     assert LOCALITY_FEATURES == np.asarray(locality_features(table, states[-1])).shape[1]

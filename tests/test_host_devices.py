@@ -31,6 +31,14 @@ SCRIPT = textwrap.dedent(
     assert len(sharded.program.sharding.device_set) == 2
     both = np.asarray(jax.jit(model.predict)(replicate(table), sharded))
     assert np.allclose(one, both, atol=1e-5), np.abs(one - both).max()
+    chunked = np.asarray(model.predictor(chunk=16)(replicate(table), sharded))
+    assert np.allclose(one, chunked, atol=1e-5), np.abs(one - chunked).max()
+    try:
+        model.predictor(chunk=16)(table, jax.tree.map(lambda a: a[:48], states))
+    except ValueError as err:
+        assert "multiples of 32" in str(err)
+    else:
+        raise AssertionError("rows that are not whole chunks per device were accepted")
     try:
         shard_rows(jax.tree.map(lambda a: a[:63], states))
     except ValueError as err:

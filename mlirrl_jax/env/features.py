@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from mlirrl_jax.actions import MAX_LOOPS, MAX_OPS, MAX_TILE_LEVELS
+from mlirrl_jax.actions import MAX_LOOPS, MAX_TILE_LEVELS
 from mlirrl_jax.env.state import ARITH_KINDS, MAX_OPERANDS, OP_KINDS, EnvState, ProgramTable
 
 # valid, reduction, log extent, window out/in, access, stride and its alignment per operand
@@ -18,26 +18,29 @@ STATIC_LOOP_FEATURES = 5 + 3 * MAX_OPERANDS
 STATIC_OP_FEATURES = len(OP_KINDS) + len(ARITH_KINDS) + 4  # kind, body ops, valid, sizes
 LOOP_FEATURES = STATIC_LOOP_FEATURES + 4 + MAX_TILE_LEVELS
 N_LEVELS = 2 + MAX_TILE_LEVELS  # whole op, parallel tile, each tiling level (innermost last)
-N_INNER = 2  # innermost loops of the point nest described
-N_WORKING_SETS = 3  # working sets of the innermost 1, 2, 3 loops of the point nest
+N_NEST = 4  # innermost loops of the whole generated loop nest described
 CACHE_LINE = 64.0
-# per level: footprint per operand and in all; trips per level and in all; per inner loop:
-# access code one-hot, stride and its alignment per operand, reduction, extent; none left; per
-# operand: contiguous extent and whether it fills whole 8-lane vectors
+# per nest loop: level one-hot, trips, reduction; per operand: strided, contiguous, bytes a step
+NEST_LOOP_FEATURES = N_LEVELS + 2 + 3 * MAX_OPERANDS
+# per level: footprint per operand and in all; trips per level and in all; per operand:
+# contiguous extent and whether it fills whole 8-lane vectors; the nest's innermost loops and
+# their working sets (per operand and in all); the vector code (3 per operand, registers)
 LOCALITY_FEATURES = (
     N_LEVELS * (MAX_OPERANDS + 1)
     + N_LEVELS
     + 1
-    + N_INNER * (5 * MAX_OPERANDS + 2)
-    + 1
     + 2 * MAX_OPERANDS
-    + N_WORKING_SETS * (MAX_OPERANDS + 1)
+    + N_NEST * (NEST_LOOP_FEATURES + MAX_OPERANDS + 1)
+    + 3 * MAX_OPERANDS
+    + 1
 )
 OP_FEATURES = STATIC_OP_FEATURES + 10 + LOCALITY_FEATURES
 
 
 @struct.dataclass
 class Features:
+    """Shapes for MAX_OPS op slots (or the fewer slots of a trimmed table, `trim_ops`)."""
+
     op_features: jax.Array  # (MAX_OPS, OP_FEATURES) float32
     loop_features: jax.Array  # (MAX_OPS, MAX_LOOPS, LOOP_FEATURES) float32
     op_valid: jax.Array  # (MAX_OPS,) bool
@@ -108,7 +111,8 @@ def level_extents(table: ProgramTable, state: EnvState) -> jax.Array:
     p = state.program
     full = jnp.where(table.loop_valid[p], table.extents[p], 1)
     # selections by one-hot masks rather than gathers: much cheaper under vmap on CPU
-    consumer_of = table.fusion_consumer[p][:, None] == jnp.arange(MAX_OPS)[None]  # (O, O)
+    slots = table.fusion_consumer.shape[1]  # op slots (MAX_OPS, or fewer: `trim_ops`)
+    consumer_of = table.fusion_consumer[p][:, None] == jnp.arange(slots)[None]  # (O, O)
     loop_map = table.fusion_loop_map[p]
     mapped = loop_map[..., None] == jnp.arange(MAX_LOOPS)  # (O, LOOPS, consumer LOOPS)
     fused = (state.fused_into >= 0)[:, None] & (loop_map >= 0)
@@ -130,107 +134,147 @@ def locality_features(table: ProgramTable, state: EnvState) -> jax.Array:
     """(MAX_OPS, LOCALITY_FEATURES): what the schedule does to data reuse and vector code.
 
     Per level of the loop nest, the bytes of each operand one tile touches (log2) and the trip
-    count of the loops over that level's tiles; the two innermost loops of the point nest, how
-    they walk each operand and with what byte stride; per operand, the extent of its contiguous
-    dimension in the innermost tile (the vector length it gets); the working sets of the
-    innermost loops (`_working_sets`).
+    count of the loops over that level's tiles; per operand, the extent of its contiguous
+    dimension in the innermost tile (the vector length it gets); the innermost loops of the
+    whole loop nest the schedule generates and their working sets (`_nest_features`); and the
+    vector code of a vectorized op (`_vector_code`).
     """
     p = state.program
     valid = table.loop_valid[p]
     access = table.access[p]  # (MAX_OPS, MAX_OPERANDS, MAX_LOOPS)
-    strides = table.stride[p]
     used = access > 0
     full = jnp.where(valid, table.extents[p], 1).astype(jnp.float32)
     bytes_ = table.operand_bytes[p]  # (MAX_OPS, MAX_OPERANDS)
     levels = level_extents(table, state).astype(jnp.float32)
-    log_ratio = jnp.log2(levels / full[None])  # (L, O, LOOPS) <= 0
+    log_levels = jnp.log2(levels)  # (L, O, LOOPS)
+    log_ratio = log_levels - jnp.log2(full)[None]  # <= 0
     # bytes of operand k one tile touches: its bytes scaled by the tiled share of each loop
     footprint = jnp.log2(jnp.maximum(bytes_, 1.0))[None] + jnp.sum(
         jnp.where(used[None], log_ratio[:, :, None, :], 0.0), axis=-1
     )
     footprint = jnp.where(bytes_[None] > 0, footprint, 0.0)
     total = jnp.log2(jnp.sum(jnp.where(bytes_[None] > 0, jnp.exp2(footprint), 0.0), -1) + 1.0)
-    log_points = jnp.log2(levels).sum(-1)  # (L, O)
+    log_points = log_levels.sum(-1)  # (L, O)
     trips = jnp.concatenate(
         [log_points[:1], log_points[:-1] - log_points[1:], (log_points[:1] - log_points[-1:])]
     )  # whole-op points, tiles per level, tiles of the innermost level in all
-    # the innermost loops of the point nest: last positions of `order` whose extent is > 1
     inner = levels[-1]
-    at_position = state.order[..., None] == jnp.arange(MAX_LOOPS)  # (O, positions, LOOPS)
-    live_loop = state.alive & (inner > 1)
-    live = jnp.any(at_position & live_loop[:, None, :], axis=-1)  # (O, positions)
-    positions = jnp.where(live, jnp.arange(MAX_LOOPS)[None], -1)
-    ranked = _innermost(positions, max(N_INNER, N_WORKING_SETS))  # live positions, innermost first
-    inner_parts = []
-    for r in range(N_INNER):
-        exists = ranked[:, r] >= 0
-        sel = _loops_at(at_position, ranked[:, r])  # (O, LOOPS)
-        code = jnp.sum(jnp.where(sel[:, None, :], access, 0), axis=-1)  # (O, OPERANDS)
-        one_hot = jax.nn.one_hot(code, 3).reshape(MAX_OPS, -1)
-        stride = jnp.sum(jnp.where(sel[:, None, :], strides, 0.0), axis=-1)
-        extent = jnp.sum(jnp.where(sel, inner, 0.0), axis=1)
-        inner_parts += [
-            jnp.where(exists[:, None], one_hot, 0.0),
-            jnp.where(exists[:, None], stride_features(stride).reshape(MAX_OPS, -1), 0.0),
-            (exists & jnp.any(sel & table.is_reduction[p], axis=1))[:, None],
-            jnp.where(exists, jnp.log2(jnp.maximum(extent, 1.0)) / 16.0, 0.0)[:, None],
-        ]
-    nothing_left = (ranked[:, 0] < 0)[:, None]
-    working_sets = _working_sets(access, strides, bytes_ > 0, inner, at_position, ranked)
-    contiguous = access == 2
-    lanes = jnp.max(jnp.where(contiguous, inner[:, None, :], 0.0), axis=-1)  # (O, OPERANDS)
+    lanes = jnp.max(jnp.where(access == 2, inner[:, None, :], 0.0), axis=-1)  # (O, OPERANDS)
     vector = [jnp.where(lanes > 0, jnp.log2(jnp.maximum(lanes, 1.0)) / 16.0, 0.0)]
     vector.append((lanes >= 8) & (jnp.mod(lanes, 8) == 0))
+    has_operand = bytes_ > 0
     return jnp.concatenate(
         [
-            jnp.moveaxis(footprint, 0, 1).reshape(MAX_OPS, -1) / 32.0,
+            jnp.moveaxis(footprint, 0, 1).reshape(footprint.shape[1], -1) / 32.0,
             jnp.moveaxis(total, 0, 1) / 32.0,
             jnp.moveaxis(trips, 0, 1) / 32.0,
-            *inner_parts,
-            nothing_left,
             *vector,
-            working_sets,
+            _nest_features(table, state, levels, has_operand),
+            _vector_code(access, log_levels[-1], has_operand & state.vectorized[:, None]),
         ],
         axis=1,
     ).astype(jnp.float32)
 
 
-def _innermost(positions: jax.Array, count: int) -> jax.Array:
-    """(O, count): the `count` largest entries of each row of `positions` (-1 = none), largest
-    first; rows hold distinct values or -1, so repeated maxima replace a sort."""
-    ranked, below = [], jnp.full(positions.shape[:1], MAX_LOOPS)
-    for _ in range(count):
-        below = jnp.max(jnp.where(positions < below[:, None], positions, -1), axis=1)
-        ranked.append(below)
-    return jnp.stack(ranked, axis=1)
+def loop_positions(state: EnvState) -> jax.Array:
+    """(MAX_OPS, MAX_LOOPS) float32: each original loop's position in the current order (the
+    inverse of `order`; 0 for loops not placed)."""
+    at_position = state.order[..., None] == jnp.arange(MAX_LOOPS)  # (O, positions, LOOPS)
+    return jnp.sum(
+        jnp.where(at_position, jnp.arange(MAX_LOOPS, dtype=jnp.float32)[:, None], 0.0), axis=1
+    )
 
 
-def _loops_at(at_position: jax.Array, position: jax.Array) -> jax.Array:
-    """(O, LOOPS) one-hot of the loop at `position` (O,) of each op's order; none for -1."""
-    here = position[:, None] == jnp.arange(MAX_LOOPS)[None]  # (O, positions)
-    return jnp.any(at_position & here[..., None], axis=1)
+def _nest_features(table, state, levels, has_operand) -> jax.Array:
+    """(MAX_OPS, N_NEST * (NEST_LOOP_FEATURES + MAX_OPERANDS + 1)): the innermost loops of the
+    whole nest the schedule generates, innermost first, and what they touch.
+
+    The nest is the parallel tile loops, then each tiling level's loops, then the point loops
+    (none for a vectorized op: its tile is one vector operation), each level in the current loop
+    order; loops of one trip do not exist. For each of the `N_NEST` innermost: its level, trip
+    count, whether it is a reduction, how it walks each operand and how many bytes a step moves
+    there. Then the working sets of the innermost 1..N_NEST loops: the bytes of each operand
+    they touch, in whole cache lines for strided walks; it is where data is reused or not,
+    whichever level the loops belong to.
+    """
+    p = state.program
+    access = table.access[p]  # (O, OPERANDS, LOOPS)
+    stride = table.stride[p]
+    strided, contiguous = access == 1, access == 2
+    # a loop of level l walks extents[l] in steps of extents[l + 1] (point loops: steps of 1)
+    extents = jnp.concatenate([levels, jnp.ones_like(levels[:1])])  # (N_LEVELS + 1, O, LOOPS)
+    point = jnp.arange(N_LEVELS)[:, None, None] == N_LEVELS - 1
+    exists = (extents[:-1] > extents[1:]) & ~(point & state.vectorized[None, :, None])
+    # each loop's position in the nest's levels. A decomposed op was never interchanged (only
+    # named ops decompose), so its tile loops, made before the decomposition took two loops
+    # out of `order`, are in the original loop order
+    identity = jnp.arange(MAX_LOOPS)
+    decomposed = state.decomposed[:, None]
+    positions = jnp.where(decomposed, identity, loop_positions(state)).astype(jnp.uint32)
+    order = jnp.where(decomposed, identity, jnp.maximum(state.order, 0))  # loop at a position
+    # the nest as a 32-bit word per op, bit level * MAX_LOOPS + position set where that loop
+    # exists: its highest set bits are the innermost loops (bit tricks instead of a sort)
+    shift = jnp.arange(N_LEVELS, dtype=jnp.uint32)[:, None, None] * MAX_LOOPS + positions[None]
+    word = jnp.sum(jnp.where(exists, jnp.uint32(1) << shift, jnp.uint32(0)), axis=(0, 2))
+    element = jnp.max(jnp.where(contiguous, stride, 0.0), axis=-1)  # contiguous stride
+    log_element = jnp.log2(jnp.where(element > 0, element, 4.0))  # (O, OPERANDS)
+    # log2 extent of each loop the innermost loops so far cover (a vector tile to begin with);
+    # per operand, the sums of it over the loops that walk the operand strided (rows) and
+    # contiguously: updated one loop at a time, where the loop's cover grows
+    covered = jnp.log2(jnp.where(state.vectorized[:, None], levels[-1], 1.0))  # (O, LOOPS)
+    rows = jnp.sum(jnp.where(strided, covered[:, None, :], 0.0), axis=-1)  # (O, OPERANDS)
+    run = jnp.sum(jnp.where(contiguous, covered[:, None, :], 0.0), axis=-1)
+    loops, sets = [], []
+    for _ in range(N_NEST):
+        found = word > 0
+        top = 31 - jax.lax.clz(jnp.where(found, word, jnp.uint32(1))).astype(jnp.int32)
+        word = jnp.where(found, word & ~(jnp.uint32(1) << top.astype(jnp.uint32)), word)
+        level = top // MAX_LOOPS  # (O,)
+        loop = jnp.take_along_axis(order, (top % MAX_LOOPS)[:, None], axis=1)  # (O, 1)
+        column = jnp.take_along_axis(extents, loop[None], axis=2)[..., 0]  # (levels + 1, O)
+        rank = jnp.arange(N_LEVELS + 1)[:, None]
+        walked = jnp.sum(jnp.where(rank == level, column, 0.0), axis=0)  # (O,)
+        step = jnp.sum(jnp.where(rank == level + 1, column, 0.0), axis=0)
+        code = jnp.take_along_axis(access, loop[:, None, :], axis=2)[..., 0]  # (O, OPERANDS)
+        code = jnp.where(found[:, None], code, 0)
+        moved = jnp.take_along_axis(stride, loop[:, None, :], axis=2)[..., 0] * step[:, None]
+        reduction = jnp.take_along_axis(table.is_reduction[p], loop, axis=1)
+        loops += [
+            (level[:, None] == jnp.arange(N_LEVELS)) & found[:, None],
+            jnp.where(found, jnp.log2(jnp.maximum(walked / step, 1.0)) / 16.0, 0.0)[:, None],
+            reduction & found[:, None],
+            code == 1,
+            code == 2,
+            jnp.where((code > 0) & (moved > 0), jnp.log2(jnp.maximum(moved, 1.0)) / 32.0, 0.0),
+        ]
+        here = jnp.arange(MAX_LOOPS) == loop  # (O, LOOPS)
+        before = jnp.sum(jnp.where(here, covered, 0.0), axis=1)
+        grown = jnp.where(found, jnp.maximum(jnp.log2(jnp.maximum(walked, 1.0)) - before, 0.0), 0.0)
+        covered = jnp.where(here, before[:, None] + grown[:, None], covered)
+        rows = rows + jnp.where(code == 1, grown[:, None], 0.0)
+        run = run + jnp.where(code == 2, grown[:, None], 0.0)
+        line = log_element + run
+        line = jnp.where(rows > 0, jnp.maximum(line, jnp.log2(CACHE_LINE)), line)
+        touched = jnp.where(has_operand, line + rows, 0.0)
+        in_all = jnp.log2(jnp.sum(jnp.where(has_operand, jnp.exp2(touched), 0.0), -1) + 1.0)
+        sets += [touched / 32.0, in_all[:, None] / 32.0]
+    return jnp.concatenate(loops + sets, axis=1)
 
 
-def _working_sets(access, stride, used, inner, at_position, ranked) -> jax.Array:
-    """(MAX_OPS, N_WORKING_SETS * (MAX_OPERANDS + 1)): log2 bytes the innermost r loops of the
-    point nest touch, per operand and in all, counting whole cache lines for strided walks: how
-    far apart reuses are, which tiling levels alone do not say (an untiled nest, a loop order)."""
-    element = jnp.max(jnp.where(access == 2, stride, 0.0), axis=-1)  # contiguous stride
-    element = jnp.where(element > 0, element, 4.0)
-    log_extent = jnp.log2(jnp.maximum(inner, 1.0))  # (MAX_OPS, MAX_LOOPS)
-    out = []
-    in_set = jnp.zeros(inner.shape, bool)
-    for r in range(N_WORKING_SETS):
-        in_set = in_set | _loops_at(at_position, ranked[:, r])
-        strided = (access == 1) & in_set[:, None, :]
-        contiguous = (access == 2) & in_set[:, None, :]
-        rows = jnp.sum(jnp.where(strided, log_extent[:, None, :], 0.0), axis=-1)
-        row = jnp.log2(element) + jnp.sum(jnp.where(contiguous, log_extent[:, None, :], 0.0), -1)
-        row = jnp.where(jnp.any(strided, -1), jnp.maximum(row, jnp.log2(CACHE_LINE)), row)
-        footprint = jnp.where(used, rows + row, 0.0)
-        total = jnp.log2(jnp.sum(jnp.where(used, jnp.exp2(footprint), 0.0), -1) + 1.0)
-        out += [footprint / 32.0, total[:, None] / 32.0]
-    return jnp.concatenate(out, axis=1)
+def _vector_code(access, log_tile, vectorized) -> jax.Array:
+    """(MAX_OPS, 3 * MAX_OPERANDS + 1): per operand of a vectorized op, log2 of its vector's
+    elements, of the 1-D transfers the lowering unrolls it into and of their length (the tile
+    extent along the operand's contiguous dimension); and log2 of the 8-lane registers all its
+    operands' vectors fill (register pressure). Zero for ops that are not vectorized."""
+    elements = jnp.einsum("okj,oj->ok", (access > 0).astype(jnp.float32), log_tile)
+    run = jnp.einsum("okj,oj->ok", (access == 2).astype(jnp.float32), log_tile)
+    registers = jnp.sum(jnp.where(vectorized, jnp.ceil(jnp.exp2(elements) / 8.0), 0.0), -1)
+    parts = [elements, elements - run, run]
+    return jnp.concatenate(
+        [jnp.where(vectorized, x / 16.0, 0.0) for x in parts]
+        + [jnp.log2(registers + 1.0)[:, None] / 16.0],
+        axis=1,
+    )
 
 
 def dynamic_features(table: ProgramTable, state: EnvState) -> Features:
@@ -240,12 +284,8 @@ def dynamic_features(table: ProgramTable, state: EnvState) -> Features:
     p = state.program
     loop_valid = table.loop_valid[p]
     op_valid = table.op_valid[p]
-    ops = jnp.arange(MAX_OPS)
-    # position of each loop in the current order (the inverse of `order`), 0 if not placed
-    at_position = state.order[..., None] == jnp.arange(MAX_LOOPS)  # (O, positions, LOOPS)
-    positions = jnp.sum(
-        jnp.where(at_position, jnp.arange(MAX_LOOPS, dtype=jnp.float32)[:, None], 0.0), axis=1
-    )
+    ops = jnp.arange(state.extents.shape[0])
+    positions = loop_positions(state)
     loop = jnp.concatenate(
         [
             state.alive[..., None],

@@ -29,24 +29,13 @@ from mlirrl_jax.actions import (
     encode_action,
     tile_candidates,
 )
+from mlirrl_jax.env.state import CONTENT_FIELDS
 from mlirrl_jax.programs.ir import Program
 from mlirrl_jax.schedule import Schedule, ScheduleError, Transform
 from mlirrl_jax.transform import window_loops
 
-# Fields of EnvState that describe the schedule: a function of the Schedule alone.
-CONTENT_FIELDS = (
-    "extents",
-    "alive",
-    "order",
-    "parallel_sizes",
-    "tile_sizes",
-    "fused_into",
-    "did_fuse",
-    "interchanged",
-    "decomposed",
-    "vectorized",
-)
-# Plus the step grammar's bookkeeping, which also depends on the no-op choices made.
+# The schedule's content (`CONTENT_FIELDS`: a function of the Schedule alone) plus the step
+# grammar's bookkeeping, which also depends on the no-op choices made.
 SCHEDULE_FIELDS = ("cursor", "phase", "n_tiles", *CONTENT_FIELDS)
 
 

@@ -59,6 +59,7 @@ class ProgramTable:
     stride: jax.Array  # (P, MAX_OPS, MAX_OPERANDS, MAX_LOOPS) float32: bytes a loop step moves
     static_op: jax.Array | None = None  # (P, MAX_OPS, STATIC_OP_FEATURES) float32
     static_loop: jax.Array | None = None  # (P, MAX_OPS, MAX_LOOPS, STATIC_LOOP_FEATURES) float32
+    op_slots: int = struct.field(pytree_node=False, default=MAX_OPS)  # most ops of its programs
 
     @property
     def n_programs(self) -> int:
@@ -138,9 +139,51 @@ def encode_programs(programs: list[Program]) -> ProgramTable:
     from mlirrl_jax.env.features import static_features
 
     rows = [_encode_one(p) for p in programs]
-    table = ProgramTable(**{k: jnp.asarray(np.stack([r[k] for r in rows])) for k in rows[0]})
+    table = ProgramTable(
+        **{k: jnp.asarray(np.stack([r[k] for r in rows])) for k in rows[0]},
+        op_slots=max(len(p.ops) for p in programs),
+    )
     static_op, static_loop = static_features(table)
     return table.replace(static_op=static_op, static_loop=static_loop)
+
+
+# Fields of EnvState that describe the schedule: a function of the Schedule alone
+CONTENT_FIELDS = (
+    "extents",
+    "alive",
+    "order",
+    "parallel_sizes",
+    "tile_sizes",
+    "fused_into",
+    "did_fuse",
+    "interchanged",
+    "decomposed",
+    "vectorized",
+)
+# EnvState fields with one entry per op (their first axis)
+_STATE_OP_FIELDS = ("phase", "n_tiles", *CONTENT_FIELDS)
+
+
+def trim_ops(
+    table: ProgramTable, states: EnvState, slots: int | None = None
+) -> tuple[ProgramTable, EnvState]:
+    """The table and a batch of its states (leading batch axis) cut to `slots` op slots
+    (default: the table's `op_slots`): the op slots past the programs' ops are padding in
+    every state, and the work per state (features, the surrogate) grows with the slots it runs
+    over. Only states of programs of at most `slots` ops may be cut to `slots`."""
+    slots = slots or table.op_slots
+    if slots == table.extents.shape[1] == states.extents.shape[1]:
+        return table, states
+    cut = {name: getattr(states, name)[:, :slots] for name in _STATE_OP_FIELDS}
+    return trim_table(table, slots), states.replace(**cut)
+
+
+def trim_table(table: ProgramTable, slots: int) -> ProgramTable:
+    """The table cut to its first `slots` op slots (`trim_ops`)."""
+    if slots == table.extents.shape[1]:
+        return table
+    cut = jax.tree.map(lambda a: a if a.ndim < 2 else a[:, :slots], table)
+    return cut.replace(op_slots=min(slots, table.op_slots))
 
 
 @struct.dataclass
