@@ -12,6 +12,7 @@ the order it was chosen in, and the same state is reached by any replay of the s
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -38,8 +39,10 @@ ACTION_WIDTH = 2 + MAX_LOOPS
 KIND_INDEX, POINTER_INDEX, TILES_INDEX = 0, 1, 2
 
 
-def tile_candidates(extent: int, n: int = N_TILE_CHOICES) -> list[int]:
-    """Tile sizes a loop offers: 0 ("no tiling"), then proper divisors of the extent.
+@functools.lru_cache(maxsize=4096)
+def tile_candidates(extent: int, n: int = N_TILE_CHOICES) -> tuple[int, ...]:
+    """Tile sizes a loop offers: 0 ("no tiling"), then proper divisors of the extent (cached:
+    replaying a store's schedules asks for the same extents hundreds of thousands of times).
 
     Divisors, not powers of two: extents such as 7, 14, 28, 112 or 196 get real choices, and
     every offered size divides the extent (vectorization needs full tiles). Register-friendly
@@ -59,7 +62,7 @@ def tile_candidates(extent: int, n: int = N_TILE_CHOICES) -> list[int]:
             free = [d for d in rest if d not in chosen]
             chosen.append(min(free, key=lambda d: abs(math.log(d / target))))
     chosen.sort()
-    return [0] + chosen + [0] * (n - 1 - len(chosen))
+    return (0, *chosen, *[0] * (n - 1 - len(chosen)))
 
 
 def encode_action(kind: int, pointer: int = 0, tiles: tuple[int, ...] = ()) -> np.ndarray:
