@@ -136,7 +136,11 @@ def random_states(data: Dataset, count: int, seed: int = 0, progress: bool = Fal
         # A while loop, not a scan: most episodes end long before the step limit, and a
         # vmapped loop stops as soon as every episode of the chunk has ended.
         state = initial_state(table, program, key)
-        return jax.lax.while_loop(lambda c: ~c[0].done, body, (state, 0))[0]
+
+        def running(carry):  # the step limit too: the same states as a scan of that length
+            return ~carry[0].done & (carry[1] < MAX_EPISODE_STEPS)
+
+        return jax.lax.while_loop(running, body, (state, 0))[0]
 
     @jax.jit
     def one_chunk(ids, keys, next_weights):
