@@ -23,17 +23,11 @@ from cost_model.model import ModelConfig, apply, apply_with_static, build, stati
 from cost_model.train import TrainConfig, fit
 from mlirrl_jax.env.analytic import analytic_log_time
 from mlirrl_jax.env.features import dynamic_features, features
-from mlirrl_jax.env.state import EnvState, ProgramTable, trim_ops, trim_table
+from mlirrl_jax.env.state import EnvState, ProgramTable, slot_sizes, trim_ops, trim_table
 from mlirrl_jax.host_devices import on_each_device
 
 FEATURE_VERSION = 3  # bump when features change: old checkpoints then refuse to load
 PREDICT_CHUNK = 256  # rows per step of `CostModel.predictor`
-
-
-def slot_sizes(op_slots: int) -> list[int]:
-    """The op-slot counts `CostModel.predictor` compiles a chunk for, up to `op_slots`: most
-    programs have 1 to 3 ops; each count is one more compiled branch (several seconds)."""
-    return sorted({s for s in (1, 2, 3) if s < op_slots} | {op_slots})
 
 
 class CostModel:

@@ -29,7 +29,7 @@ from mlirrl_jax.env.features import (
 @dataclass(frozen=True)
 class ModelConfig:
     loop_width: int = 0  # loop token size (0: an op reads its loops' features flattened)
-    op_width: int = 48  # op token size
+    op_width: int = 64  # op token size
     heads: int = 2  # attention heads across ops (0: ops exchange a pooled context instead)
     members: int = 1  # an ensemble of this many networks (different initial weights), averaged
     seed: int = 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -20,8 +21,12 @@ from tqdm import tqdm
 from cost_model.dataset import Dataset, map_in_chunks, random_states
 from cost_model.model import ModelConfig, apply, build
 from cost_model.teacher import fit_tree_teacher
+from mlirrl_jax.env.state import slot_sizes
 
 STEPS_PER_CALL = 50  # training steps per jitted call (a scan): fewer dispatches and copies
+# batches are drawn this many at a time and run in order of the op slots they need (see
+# `_slot_ordered`); the order within a window hardly matters to the learning rate schedule
+ORDER_WINDOW = 1000
 TEACHERS = ("trees", "networks", "none")
 
 
@@ -54,7 +59,7 @@ class TrainConfig:
     teacher_rounds: int = 500  # trees boosted (1,000 labeled no better in a probe)
     teacher_leaves: int = 127  # leaves per tree
     teacher_members: int = 3
-    teacher_op_width: int = 64  # wider than the shipped network: it only labels, never serves
+    teacher_op_width: int = 64  # of a networks teacher (it only labels, never serves)
     distill_states: int = 150000
     distill_epochs: int = 300
     distill_max_steps: int | None = 40000  # the distilled network's cap (`max_steps`: the rest)
@@ -110,7 +115,8 @@ def _noise_bank(features, key, std: float):
 
 def _with_noise(features, key, bank):
     """Features with a bank draw added to the valid ops' and loops' entries (a regularizer)."""
-    op_bank, loop_bank = bank
+    slots = features.op_valid.shape[-1]  # the batch's op slots (the bank has all)
+    op_bank, loop_bank = bank[0][:, :slots], bank[1][:, :slots]
     k_op, k_loop = jax.random.split(key)
     rows = features.op_valid.shape[:-1]
     op = op_bank[jax.random.randint(k_op, rows, 0, NOISE_BANK)]
@@ -132,6 +138,23 @@ def _batches(data: Dataset, config: TrainConfig, rng: np.random.Generator, steps
         yield np.concatenate(
             [rng.choice(by_program[c], size=config.rows_per_program) for c in chosen]
         )
+
+
+def _slot_ordered(batches, needed, sizes: list[int], count: int, rng: np.random.Generator):
+    """`count` steps of `batches` as (rows, step ids, op slots) chunks of up to
+    `STEPS_PER_CALL` steps, each over only as many op slots as its batches' programs have.
+    Each window of `ORDER_WINDOW` batches is grouped by the op slots its batches need (the
+    smallest of `sizes` that holds every program of the batch), cut into chunks, and the
+    chunks run in random order. Most programs have one to three ops: most chunks skip most of
+    the padding slots."""
+    for start in range(0, count, ORDER_WINDOW):
+        window = [next(batches) for _ in range(min(ORDER_WINDOW, count - start))]
+        slots = np.array([sizes[np.searchsorted(sizes, needed(b))] for b in window])
+        order = np.argsort(slots, kind="stable")
+        cuts = [order[i : i + STEPS_PER_CALL] for i in range(0, len(order), STEPS_PER_CALL)]
+        for c in rng.permutation(len(cuts)):
+            take = cuts[c]
+            yield np.stack([window[i] for i in take]), start + take, int(slots[take].max())
 
 
 def fit(data: Dataset, config: TrainConfig, init=None, progress=True):
@@ -174,10 +197,12 @@ def _fit(data: Dataset, config: TrainConfig, init, progress):
     opt_state = optimizer.init(params)
     bank_key, noise_key = jax.random.split(jax.random.PRNGKey(config.seed))
 
-    def train_step(carry, batch, features, target_all, program_all, bank):
+    def train_step(carry, batch, features, target_all, program_all, bank, slots):
         params, opt_state = carry
         rows, step = batch  # rows: (members, batch) indices into the training rows
-        feats = jax.tree.map(lambda a: a[rows], features)
+        # every `Features` array has the op slots on the axis after the rows: the slots past
+        # `slots` are padding for these rows' programs
+        feats = jax.tree.map(lambda a: a[rows][:, :, :slots], features)
         if config.feature_noise:
             feats = _with_noise(feats, jax.random.fold_in(noise_key, step), bank)
         (loss, parts), grads = jax.value_and_grad(loss_fn, argnums=1, has_aux=True)(
@@ -186,11 +211,13 @@ def _fit(data: Dataset, config: TrainConfig, init, progress):
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return (optax.apply_updates(params, updates), opt_state), (loss, parts)
 
-    @jax.jit
-    def train_chunk(params, opt_state, rows, step_ids, features, target_all, program_all, bank):
+    @partial(jax.jit, static_argnames="slots")
+    def train_chunk(
+        params, opt_state, rows, step_ids, features, target_all, program_all, bank, slots
+    ):
         """Several steps in one call: the rows stay on the device, only indices travel."""
         (params, opt_state), (loss, parts) = jax.lax.scan(
-            lambda c, b: train_step(c, b, features, target_all, program_all, bank),
+            lambda c, b: train_step(c, b, features, target_all, program_all, bank, slots),
             (params, opt_state),
             (rows, step_ids),
         )
@@ -202,6 +229,10 @@ def _fit(data: Dataset, config: TrainConfig, init, progress):
         for m in range(members)
     ]
     batches = map(np.stack, zip(*streams))  # (members, batch) per step
+    n_ops = np.asarray(data.table.n_ops)[data.program]
+    sizes = slot_sizes(data.table.op_slots)
+    order_rng = np.random.default_rng([config.seed, members])  # not a member's stream
+    chunks = _slot_ordered(batches, lambda rows: n_ops[rows].max(), sizes, steps, order_rng)
     features = jax.device_put(data.features)
     target_all, program_all = jax.device_put((data.log_time, data.program))
     bank = (
@@ -210,18 +241,19 @@ def _fit(data: Dataset, config: TrainConfig, init, progress):
     history = []
     started = time.perf_counter()
     bar = tqdm(total=steps, disable=not progress, unit="step", mininterval=1.0)
-    for first in range(0, steps, STEPS_PER_CALL):
-        count = min(STEPS_PER_CALL, steps - first)
-        rows = np.stack([next(batches) for _ in range(count)])
+    first = 0
+    for rows, step_ids, slots in chunks:
+        count = len(rows)
         params, opt_state, loss, parts = train_chunk(
             params,
             opt_state,
             jnp.asarray(rows, jnp.int32),
-            jnp.arange(first, first + count),
+            jnp.asarray(step_ids, jnp.int32),
             features,
             target_all,
             program_all,
             bank,
+            slots=slots,
         )
         logged = [i for i in range(count) if (first + i) % 100 == 0 or first + i == steps - 1]
         if logged:
@@ -238,5 +270,6 @@ def _fit(data: Dataset, config: TrainConfig, init, progress):
                 )
             bar.set_postfix(loss=f"{history[-1]['loss']:.3f}", refresh=False)
         bar.update(count)
+        first += count
     bar.close()
     return graphdef, params, history

@@ -389,3 +389,33 @@ def test_fits_repeat_exactly_and_feature_noise_changes_them(dataset):
     first, again, noisy = leaves(quiet), leaves(quiet), leaves(replace(quiet, feature_noise=0.1))
     assert all(np.array_equal(a, b) for a, b in zip(first, again))
     assert not all(np.allclose(a, b) for a, b in zip(first, noisy))
+
+
+def test_training_chunks_run_over_the_op_slots_their_programs_need(model, dataset):
+    from cost_model.model import apply
+    from cost_model.train import ORDER_WINDOW, STEPS_PER_CALL, _slot_ordered
+    from mlirrl_jax.env.state import slot_sizes
+
+    trained, _ = model
+    n_ops = np.asarray(dataset.table.n_ops)[dataset.program]
+    sizes = slot_sizes(dataset.table.op_slots)
+    rng = np.random.default_rng(0)
+    count = ORDER_WINDOW + 130  # a whole window and part of another
+    batches = iter([rng.choice(len(dataset), size=(1, 3)) for _ in range(count)])
+    chunks = list(_slot_ordered(batches, lambda r: n_ops[r].max(), sizes, count, rng))
+    steps = np.concatenate([ids for _, ids, _ in chunks])
+    assert sorted(steps) == list(range(count))  # every batch runs once
+    for rows, ids, slots in chunks:
+        assert len(rows) == len(ids) <= STEPS_PER_CALL and slots in sizes
+        assert n_ops[rows].max() <= slots  # no op of these rows is cut off
+    assert min(slots for *_, slots in chunks) < max(sizes)  # some chunks skip padding slots
+    # over the slots its ops fill, the network predicts what it predicts over all of them
+    for slots in sizes:
+        rows = np.flatnonzero(n_ops <= slots)[:64]
+        whole = jax.tree.map(lambda a, r=rows: a[r], dataset.features)
+        cut = jax.tree.map(lambda a, s=slots: a[:, :s], whole)
+        assert np.allclose(
+            apply(trained.graphdef, trained.params, cut),
+            apply(trained.graphdef, trained.params, whole),
+            atol=1e-5,
+        ), slots

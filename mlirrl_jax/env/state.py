@@ -186,6 +186,12 @@ def trim_table(table: ProgramTable, slots: int) -> ProgramTable:
     return cut.replace(op_slots=min(slots, table.op_slots))
 
 
+def slot_sizes(op_slots: int) -> list[int]:
+    """The op-slot counts that batched prediction and training compile for, up to
+    `op_slots`: most programs have 1 to 3 ops; each count is one more compiled variant."""
+    return sorted({s for s in (1, 2, 3) if s < op_slots} | {op_slots})
+
+
 @struct.dataclass
 class EnvState:
     """One environment: which program, which op, and the schedule chosen so far."""
