@@ -24,8 +24,8 @@ from cost_model.teacher import fit_tree_teacher
 from mlirrl_jax.env.state import slot_sizes
 
 STEPS_PER_CALL = 50  # training steps per jitted call (a scan): fewer dispatches and copies
-# batches are drawn this many at a time and run in order of the op slots they need (see
-# `_slot_ordered`); the order within a window hardly matters to the learning rate schedule
+# batches are drawn this many at a time and grouped by the op slots they need (see
+# `_slot_ordered`); their order within a window hardly matters to the learning rate schedule
 ORDER_WINDOW = 1000
 TEACHERS = ("trees", "networks", "none")
 
