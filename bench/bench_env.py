@@ -1,7 +1,7 @@
 """Jitted rollout throughput of the JAX environment with random masked actions.
 
-256 environments (each on its own program from the dl-v0 train split) x 64 steps, vmapped and
-scanned under one jit; the analytic stand-in reward. Compile time is reported separately;
+256 environments (each on its own program from the dl-v0 train split) x 64 steps, one batched
+step at a time, scanned under one jit; the analytic stand-in as the terminal reward. Compile time is reported separately;
 steps/s is the median over repeats of the compiled rollout (block_until_ready).
 
     python bench/bench_env.py [--envs 256] [--steps 64] [--repeats 20]
@@ -26,16 +26,14 @@ from mlirrl_jax.programs.ir import load_program
 
 def make_rollout(env: JaxEnv, table, pool, n_envs: int, n_steps: int):
     def rollout(key):
-        reset_keys = jax.random.split(key, n_envs)
-        states, timesteps = jax.vmap(env.reset, in_axes=(0, None, None))(reset_keys, table, pool)
+        params = env.reward.prepare((), table)
+        states, timesteps = env.reset(params, jax.random.split(key, n_envs), table, pool)
 
         def one_step(carry, step_key):
             states, timesteps = carry
             keys = jax.random.split(step_key, n_envs)
             actions = jax.vmap(sample_action)(keys, timesteps.observation.mask)
-            states, timesteps = jax.vmap(env.step, in_axes=(None, None, 0, 0))(
-                table, pool, states, actions
-            )
+            states, timesteps = env.step(params, table, pool, states, actions)
             return (states, timesteps), (timesteps.reward, timesteps.done, timesteps.invalid_action)
 
         _, (rewards, dones, invalid) = jax.lax.scan(

@@ -4,8 +4,8 @@
         [--fractions 0.125,0.25,0.5,1] [--seeds 2] [--teacher none] [--epochs N]
         [--max-steps N] [--out DIR]
 
-The held-out programs are the usual ones (`held_out_programs`); the training programs are a
-random share of the others (`--fractions`, each with `--seeds` draws, all of their rows), and
+The held-out programs are the surrogate-validation split (`mlirrl_jax.splits`); the training
+programs are a random share of the train split (`--fractions`, each with `--seeds` draws, all of their rows), and
 each share trains a fresh surrogate with the default `TrainConfig` (one network, no
 distillation, unless `--teacher` names one). Prints one row per fit, then the
 median per share and, per metric, the change per doubling of training programs (least squares
@@ -25,10 +25,11 @@ from pathlib import Path
 import numpy as np
 
 from cost_model.api import CostModel, predict_dataset
-from cost_model.dataset import held_out_programs, load_dataset
+from cost_model.dataset import load_dataset, programs_in_split
 from cost_model.metrics import evaluate
 from cost_model.train import TrainConfig
 from mlirrl_jax.measure.fingerprint import machine_fingerprint
+from mlirrl_jax.splits import SURROGATE_VALIDATION, TRAIN
 from mlirrl_jax.store import MeasurementStore
 
 # metric: (target, higher is better)
@@ -71,7 +72,8 @@ def main() -> None:
         parser.error(f"--fractions must lie in (0, 1]: {args.fractions}")
     machine = args.machine or machine_fingerprint()["machine_id"]
     data = load_dataset(MeasurementStore(args.store), machine)
-    train, test = data.split_by_program(held_out_programs(data))
+    train = data.of_programs(programs_in_split(data, TRAIN))
+    test = data.of_programs(programs_in_split(data, SURROGATE_VALIDATION))
     train_programs = np.unique(train.program)
     cap = args.max_steps or None
     config = replace(TrainConfig(), teacher=args.teacher, max_steps=cap, distill_max_steps=cap)

@@ -1,16 +1,19 @@
 """`CostModel`: load / save / predict / update, the interface the reward and re-grounding use.
 
-`predict(table, states)` maps a batch of environment states to predicted log run times; it is
-jittable, and `log_time_fn` hands the single-state form to the JAX environment. A model is tied
-to the machine its measurements came from; its metadata says which.
+`predict(table, states)` maps a batch of environment states to predicted log run times.
+`log_time_model` hands the environment the same network as pure functions of `params`
+(`SurrogateLogTime`), so the reward is a function of the weights, passed as an argument. A
+model is tied to the machine its measurements came from; its metadata says which.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -21,13 +24,58 @@ from flax import nnx
 from cost_model.dataset import Dataset, map_in_chunks
 from cost_model.model import ModelConfig, apply, apply_with_static, build, static_embeddings
 from cost_model.train import TrainConfig, fit
-from mlirrl_jax.env.analytic import analytic_log_time
 from mlirrl_jax.env.features import dynamic_features, features
+from mlirrl_jax.env.reward import AnalyticLogTime
 from mlirrl_jax.env.state import EnvState, ProgramTable, slot_sizes, trim_ops, trim_table
 from mlirrl_jax.host_devices import on_each_device
 
 FEATURE_VERSION = 3  # bump when features change: old checkpoints then refuse to load
 PREDICT_CHUNK = 256  # rows per step of `CostModel.predictor`
+
+
+def predict_log_time(
+    graphdef, params, table: ProgramTable, states: EnvState, embeddings=None
+) -> jax.Array:
+    """(B,) predicted log times of a batch of states over all of `table`'s op slots (trim both
+    first: `trim_ops`); `embeddings` are the table's `static_embeddings` (computed if None)."""
+    if "loop_in" in params:  # loop tokens: no separable per-program first layer
+        batch = jax.vmap(features, in_axes=(None, 0))(table, states)
+        return apply(graphdef, params, jax.lax.optimization_barrier(batch))
+    # the barrier keeps XLA from fusing feature assembly into the network's layers,
+    # which made the whole prediction about 1.6x slower on CPU
+    batch = jax.vmap(dynamic_features, in_axes=(None, 0))(table, states)
+    if embeddings is None:
+        embeddings = table_embeddings(graphdef, params, table)
+    return apply_with_static(
+        graphdef, params, jax.lax.optimization_barrier(batch), embeddings, states.program
+    )
+
+
+def table_embeddings(graphdef, params, table: ProgramTable):
+    """The network's per-program first-layer part for every program of `table` (None for a
+    loop-token network, which has none)."""
+    if "loop_in" in params:
+        return None
+    return static_embeddings(graphdef, params, table.static_op, table.static_loop)
+
+
+@dataclass(frozen=True)
+class SurrogateLogTime:
+    """The surrogate network as a `LogTimeModel` (`mlirrl_jax.env.reward`): pure functions of
+    its parameter pytree, so new weights are a new argument, not a recompile."""
+
+    graphdef: Any
+
+    def prepare(self, params, table: ProgramTable) -> dict:
+        """The parameters and the table's per-program embeddings (once per weights)."""
+        cut = trim_table(table, table.op_slots)
+        return {"params": params, "embeddings": table_embeddings(self.graphdef, params, cut)}
+
+    def log_time(self, context: dict, table: ProgramTable, states: EnvState) -> jax.Array:
+        cut_table, cut_states = trim_ops(table, states)
+        return predict_log_time(
+            self.graphdef, context["params"], cut_table, cut_states, context["embeddings"]
+        )
 
 
 class CostModel:
@@ -38,43 +86,43 @@ class CostModel:
         self.params = params
         self.meta = meta
         self._predict_features = jax.jit(lambda p, f: apply(graphdef, p, f))
+        self._predict_states = jax.jit(
+            lambda p, t, s: predict_log_time(graphdef, p, *trim_ops(t, s))
+        )
+
+    @property
+    def log_time_model(self) -> SurrogateLogTime:
+        """The model as pure functions; its parameters are `self.params`."""
+        return SurrogateLogTime(self.graphdef)
+
+    @property
+    def identity(self) -> dict:
+        """What names these weights: the machine, the fit, the updates, a parameter hash."""
+        digest = hashlib.sha256()
+        for leaf in jax.tree.leaves(self.params):
+            digest.update(np.asarray(leaf).tobytes())
+        return {
+            "machine_id": self.meta.get("machine_id", ""),
+            "feature_version": self.meta.get("feature_version"),
+            "updates": self.meta.get("updates", 0),
+            "params_sha256": digest.hexdigest()[:16],
+        }
 
     # -- prediction
     def predict_features(self, feats) -> jax.Array:
         """Log times for a batch of `Features`."""
         return self._predict_features(self.params, feats)
 
-    def log_time(self, table: ProgramTable, state: EnvState) -> jax.Array:
-        """Predicted log time of one state (jittable; vmap for batches: the per-program part
-        of the network does not depend on the state, so it is computed once per batch)."""
-        return self.predict(table, jax.tree.map(lambda a: a[None], state))[0]
-
     def predict(self, table: ProgramTable, states: EnvState) -> jax.Array:
         """Predicted log times of a batch of states (the network runs on the whole batch, over
         the table's op slots only: `trim_ops`)."""
-        return self._predict(*trim_ops(table, states))
+        return self._predict_states(self.params, table, states)
 
     def _predict(self, table: ProgramTable, states: EnvState, embeddings=None) -> jax.Array:
-        if "loop_in" in self.params:  # loop tokens: no separable per-program first layer
-            batch = jax.vmap(features, in_axes=(None, 0))(table, states)
-            return apply(self.graphdef, self.params, jax.lax.optimization_barrier(batch))
-        # the barrier keeps XLA from fusing feature assembly into the network's layers,
-        # which made the whole prediction about 1.6x slower on CPU
-        batch = jax.vmap(dynamic_features, in_axes=(None, 0))(table, states)
-        if embeddings is None:
-            embeddings = self._static_embeddings(table)
-        return apply_with_static(
-            self.graphdef,
-            self.params,
-            jax.lax.optimization_barrier(batch),
-            embeddings,
-            states.program,
-        )
+        return predict_log_time(self.graphdef, self.params, table, states, embeddings)
 
     def _static_embeddings(self, table: ProgramTable):
-        if "loop_in" in self.params:
-            return None
-        return static_embeddings(self.graphdef, self.params, table.static_op, table.static_loop)
+        return table_embeddings(self.graphdef, self.params, table)
 
     def predictor(self, chunk: int = PREDICT_CHUNK, devices: list | None = None):
         """A jitted `(table, states) -> log times` (the same as `predict`) for large batches.
@@ -124,10 +172,6 @@ class CostModel:
             return spread(table, states)
 
         return predict
-
-    @property
-    def log_time_fn(self):
-        return self.log_time
 
     # -- training
     @classmethod
@@ -213,16 +257,14 @@ class AnalyticModel:
     """The roofline-style estimate behind the same interface: for comparison and tests."""
 
     meta = {"kind": "analytic"}
+    params = ()
+    log_time_model = AnalyticLogTime()
+    identity = {"kind": "analytic"}
 
-    def log_time(self, table: ProgramTable, state: EnvState) -> jax.Array:
-        return analytic_log_time(table, state)
-
-    @property
-    def log_time_fn(self):
-        return self.log_time
-
-    def predict(self, table: ProgramTable, states: EnvState) -> jax.Array:
-        return jax.vmap(self.log_time, in_axes=(None, 0))(table, states)
+    @staticmethod
+    @jax.jit
+    def predict(table: ProgramTable, states: EnvState) -> jax.Array:
+        return AnalyticLogTime().log_time((), table, states)
 
     def update(self, data: Dataset, epochs: int = 0, progress: bool = False) -> AnalyticModel:
         return self  # nothing to learn
@@ -240,5 +282,4 @@ class AnalyticModel:
 
 def predict_dataset(model, data: Dataset, chunk: int = 4096) -> np.ndarray:
     """Predicted log times of a dataset's rows, from the states their schedules reach."""
-    predict = jax.jit(model.predict)
-    return map_in_chunks(lambda states: predict(data.table, states), data.states, size=chunk)
+    return map_in_chunks(lambda states: model.predict(data.table, states), data.states, size=chunk)

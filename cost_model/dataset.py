@@ -27,6 +27,7 @@ from mlirrl_jax.env.state import EnvState, ProgramTable, encode_programs, initia
 from mlirrl_jax.programs import suites
 from mlirrl_jax.programs.ir import Program
 from mlirrl_jax.schedule import Schedule, ScheduleError
+from mlirrl_jax.splits import check_split, split_of
 from mlirrl_jax.store import MeasurementStore
 
 
@@ -74,9 +75,9 @@ class Dataset:
             self.table,
         )
 
-    def split_by_program(self, held_out: set[int]) -> tuple[Dataset, Dataset]:
-        mask = np.isin(self.program, sorted(held_out))
-        return self.subset(np.flatnonzero(~mask)), self.subset(np.flatnonzero(mask))
+    def of_programs(self, programs: set[int]) -> Dataset:
+        """The rows of these programs (indices into `programs`)."""
+        return self.subset(np.flatnonzero(np.isin(self.program, sorted(programs))))
 
 
 def _family(name: str) -> str:
@@ -207,23 +208,8 @@ def load_dataset(store: MeasurementStore, machine_id: str, threads: int = 1) -> 
     )
 
 
-def held_out_programs(
-    dataset: Dataset,
-    families: tuple[str, ...] = ("resnet50",),
-    share: float = 0.15,
-    seed: int = 0,
-    suite: str = "dl-v0",
-) -> set[int]:
-    """Programs to evaluate on: whole model families, plus a random share of the others, all
-    from the evaluation `suite`; programs of other suites (extra training shapes, user
-    programs) only ever train, so adding them leaves the held-out set as it was."""
-    rng = np.random.default_rng(seed)
-    prefix = f"{suites.SCHEME}{suite}/"
-    held = {i for i, f in enumerate(dataset.families) if f in families}
-    others = [
-        i for i, p in enumerate(dataset.programs) if i not in held and p.name.startswith(prefix)
-    ]
-    held |= {
-        int(i) for i in rng.choice(others, size=int(round(share * len(others))), replace=False)
-    }
-    return held
+def programs_in_split(dataset: Dataset, split: str) -> set[int]:
+    """Indices of the dataset's programs in `split` (`mlirrl_jax.splits`: train,
+    surrogate-validation or test), decided by each program's name."""
+    check_split(split)
+    return {i for i, p in enumerate(dataset.programs) if split_of(p.name) == split}

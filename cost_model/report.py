@@ -7,15 +7,15 @@ import sys
 import time
 from pathlib import Path
 
+import jax
 import numpy as np
 
 from cost_model.api import AnalyticModel, CostModel, predict_dataset
-from cost_model.dataset import Dataset, held_out_programs, load_dataset
+from cost_model.dataset import Dataset, load_dataset, programs_in_split
 from cost_model.metrics import evaluate
 from cost_model.train import TrainConfig
+from mlirrl_jax.splits import SPLITS_VERSION, SURROGATE_VALIDATION, TEST, TRAIN, suite_of
 from mlirrl_jax.store import MeasurementStore
-
-HELD_OUT_FAMILIES = ("resnet50",)
 
 
 def held_out_metrics(model, data: Dataset) -> tuple[dict, np.ndarray]:
@@ -67,38 +67,73 @@ def save_scatter(path: Path, data: Dataset, predicted: dict[str, np.ndarray]) ->
     return path
 
 
+REFERENCE_PROGRAMS = 6  # held-out programs whose every row's prediction is kept with a model
+
+
+def reference_predictions(model, data: Dataset, programs: set[int]) -> dict:
+    """The model's prediction of every row of a few held-out programs (the first
+    `REFERENCE_PROGRAMS` by name), keyed by program name and schedule hash: a small slice of
+    the data that re-predicting checks a saved model against drift of features or code."""
+    from mlirrl_jax.env.replay import HostState, schedule_of
+
+    chosen = sorted(programs, key=lambda i: data.programs[i].name)[:REFERENCE_PROGRAMS]
+    part = data.of_programs(set(chosen))
+    predicted = predict_dataset(model, part)
+    rows = []
+    for i in range(len(part)):
+        program = part.programs[int(part.program[i])]
+        state = HostState.from_env_state(jax.tree.map(lambda a, i=i: a[i], part.states))
+        rows.append(
+            {
+                "program": program.name,
+                "schedule_hash": schedule_of(program, state).hash,
+                "predicted_log_time": float(predicted[i]),
+            }
+        )
+    return {"programs": sorted({r["program"] for r in rows}), "rows": rows}
+
+
 def fit_and_report(
     store_path: Path,
     out: Path,
     machine_id: str,
     config: TrainConfig,
-    families: tuple[str, ...] = HELD_OUT_FAMILIES,
-    share: float = 0.15,
     progress: bool = True,
 ) -> dict:
+    """Fit on the store's train-split programs, evaluate on its surrogate-validation ones
+    (`mlirrl_jax.splits`); test-split programs are left out of both."""
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     with MeasurementStore(store_path) as store:
         data = load_dataset(store, machine_id)
-    held = held_out_programs(data, families, share, config.seed)
-    train, test = data.split_by_program(held)
+    held = programs_in_split(data, SURROGATE_VALIDATION)
+    trained_on = programs_in_split(data, TRAIN)
+    train, test = data.of_programs(trained_on), data.of_programs(held)
+    excluded = len(data) - len(train) - len(test)
     print(
         f"{len(data)} verified measurements of {len(data.programs)} programs "
         f"({data.skipped} not expressible as actions); training on {len(train)} rows of "
-        f"{len(data.programs) - len(held)} programs, evaluating on {len(test)} rows of "
-        f"{len(held)} held-out dl-v0 programs (families {list(families)} + {share:.0%} of the "
-        "other dl-v0 programs)",
+        f"{len(trained_on)} train-split programs, evaluating on {len(test)} rows of "
+        f"{len(held)} surrogate-validation programs; {excluded} rows of "
+        f"{len(programs_in_split(data, TEST))} test-split programs left out",
         file=sys.stderr,
     )
     fit_started = time.perf_counter()
     model, history = CostModel.fit(train, config, machine_id=machine_id, progress=progress)
     fit_seconds = time.perf_counter() - fit_started
-    model.meta.update(held_out_programs=sorted(data.programs[i].name for i in held))
+    model.meta.update(
+        held_out_programs=sorted(data.programs[i].name for i in held),
+        splits_version=SPLITS_VERSION,
+        suites=sorted({suite_of(data.programs[i].name) or "user" for i in trained_on}),
+    )
     metrics, predicted = held_out_metrics(model, test)
     analytic, analytic_predicted = held_out_metrics(AnalyticModel(), test)
     training, _ = held_out_metrics(model, train)
     model.save(out / "model")
+    (out / "model" / "reference_predictions.json").write_text(
+        json.dumps(reference_predictions(model, data, held), indent=1)
+    )
     result = {
         "command": " ".join(sys.argv),
         "store": str(Path(store_path).resolve()),
@@ -107,6 +142,8 @@ def fit_and_report(
         "train_rows": len(train),
         "held_out_rows": len(test),
         "held_out_programs": len(held),
+        "test_rows_left_out": excluded,
+        "splits_version": SPLITS_VERSION,
         "fit_seconds": fit_seconds,
         "total_seconds": time.perf_counter() - started,
         "surrogate": metrics,
@@ -188,7 +225,7 @@ def evaluate_saved(model_dir: Path, dataset_path: Path) -> dict:
             data = load_dataset(store, machine)
     names = set(model.meta.get("held_out_programs", []))
     held = {i for i, p in enumerate(data.programs) if p.name in names}
-    _, test = data.split_by_program(held)
+    test = data.of_programs(held)
     surrogate, predicted = held_out_metrics(model, test)
     analytic, _ = held_out_metrics(AnalyticModel(), test)
     return {

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 MAX_OPS = 8  # ops per program the environments accept
 MAX_LOOPS = 8  # loops per op
 N_TILE_CHOICES = 8  # per loop: "no tiling" + up to 7 divisors of the extent
-MAX_TILE_LEVELS = 2
 VECTOR_BUDGET = 4096  # most iteration points a vectorized op may have (bounds compile time)
 
 _REGISTER_FRIENDLY = (1, 8, 16, 32, 64)
@@ -30,9 +30,65 @@ NEXT, TILE_PARALLEL, TILE_FUSE, INTERCHANGE, TILE, DECOMPOSE, VECTORIZE = range(
 KIND_NAMES = ("next", "tile_parallel", "tile_fuse", "interchange", "tile", "decompose", "vectorize")
 N_KINDS = len(KIND_NAMES)
 
-# The phase each kind moves an op to; a kind is allowed only from an earlier phase.
-PHASE_OF = {TILE_PARALLEL: 1, TILE_FUSE: 1, INTERCHANGE: 2, TILE: 3, DECOMPOSE: 4, VECTORIZE: 5}
-MAX_STEPS_PER_OP = 1 + (MAX_LOOPS - 1) + MAX_TILE_LEVELS + 1 + 1 + 1
+# Which tile mask a kind's tile heads read
+NO_TILES, SEQUENTIAL_TILES, PARALLEL_TILES = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class KindRule:
+    """One row of the step grammar."""
+
+    phase: int  # the phase the kind moves its op to; allowed only from an earlier phase
+    repeats: int  # times the kind may apply in its own phase (tiling levels); 1: once
+    tiles: int  # NO_TILES, or which tile mask its per-loop tile heads read
+    pointer: bool  # reads the level pointer (one interchange sub-step)
+    ends_op: bool  # moves the episode to the next op
+
+
+# The step grammar: the masks, the JAX transition, the Python replay and the policy's
+# log-probability all read this one table (or the arrays below, made from it).
+GRAMMAR = {
+    NEXT: KindRule(phase=0, repeats=0, tiles=NO_TILES, pointer=False, ends_op=True),
+    TILE_PARALLEL: KindRule(phase=1, repeats=1, tiles=PARALLEL_TILES, pointer=False, ends_op=False),
+    TILE_FUSE: KindRule(phase=1, repeats=1, tiles=PARALLEL_TILES, pointer=False, ends_op=False),
+    INTERCHANGE: KindRule(phase=2, repeats=1, tiles=NO_TILES, pointer=True, ends_op=False),
+    TILE: KindRule(phase=3, repeats=2, tiles=SEQUENTIAL_TILES, pointer=False, ends_op=False),
+    DECOMPOSE: KindRule(phase=4, repeats=1, tiles=NO_TILES, pointer=False, ends_op=False),
+    VECTORIZE: KindRule(phase=5, repeats=1, tiles=NO_TILES, pointer=False, ends_op=True),
+}
+assert sorted(GRAMMAR) == list(range(N_KINDS))
+MAX_TILE_LEVELS = GRAMMAR[TILE].repeats
+# per kind, indexed by the kind head's value (NumPy: usable in JAX and in Python alike)
+PHASE_OF = np.array([GRAMMAR[k].phase for k in range(N_KINDS)], np.int32)
+TILES_OF = np.array([GRAMMAR[k].tiles for k in range(N_KINDS)], np.int32)
+USES_TILES = TILES_OF != NO_TILES
+USES_POINTER = np.array([GRAMMAR[k].pointer for k in range(N_KINDS)])
+ENDS_OP = np.array([GRAMMAR[k].ends_op for k in range(N_KINDS)])
+N_PHASES = int(PHASE_OF.max()) + 1
+
+
+def _may_follow(kind: int, phase: int) -> bool:
+    rule = GRAMMAR[kind]
+    return kind == NEXT or phase < rule.phase or (rule.repeats > 1 and phase == rule.phase)
+
+
+# (N_PHASES, N_KINDS): whether a kind may follow an op's phase (a repeatable kind's count of
+# levels aside); `next` always may
+MAY_FOLLOW = np.array([[_may_follow(k, ph) for k in range(N_KINDS)] for ph in range(N_PHASES)])
+
+
+def _max_steps_per_op() -> int:
+    """The longest an op's part of an episode can be: the most steps of each phase (an
+    interchange places all but the last loop, one step each), then `next`."""
+    most: dict[int, int] = {}
+    for kind, rule in GRAMMAR.items():
+        if kind != NEXT:
+            steps = MAX_LOOPS - 1 if rule.pointer else rule.repeats
+            most[rule.phase] = max(most.get(rule.phase, 0), steps)
+    return 1 + sum(most.values())
+
+
+MAX_STEPS_PER_OP = _max_steps_per_op()
 
 # An action as one int32 vector: [kind, pointer, tile choice per loop]
 ACTION_WIDTH = 2 + MAX_LOOPS

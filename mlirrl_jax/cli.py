@@ -1,4 +1,5 @@
-"""Command line: `mlirrl-jax measure | demo | suite | show`."""
+"""Command line: `mlirrl-jax measure | demo | suite | show | collect | store | fit-cost-model |
+train`."""
 
 from __future__ import annotations
 
@@ -81,6 +82,10 @@ def cmd_measure(args) -> int:
 
 
 def cmd_demo(args) -> int:
+    from mlirrl_jax.host_devices import use_compilation_cache, use_host_devices
+
+    use_host_devices()  # before any JAX work: the agent's environments use every core
+    use_compilation_cache()
     out_dir = Path(args.out or f"runs/demo-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     programs = [load_program(p) for p in args.programs] if args.programs else demo_programs()
@@ -125,8 +130,10 @@ def cmd_demo(args) -> int:
     )
     plot = save_speedup_plot(rows, out_dir / "speedup.png")
     print(f"\nresults: {out_dir}/results.md, results.json" + (f", {plot.name}" if plot else ""))
-    _demo_surrogate(out_dir)
-    return 0 if all(r["verified"] for r in rows) else 1
+    if args.surrogate_metrics:
+        _demo_surrogate(out_dir)
+    agent_ok = _demo_agent(out_dir, args)
+    return 0 if all(r["verified"] for r in rows) and agent_ok else 1
 
 
 SHIPPED_MODEL = Path(__file__).resolve().parent.parent / "data" / "cost_model"
@@ -163,16 +170,62 @@ def _demo_surrogate(out_dir: Path) -> None:
         )
 
 
+def _demo_agent(out_dir: Path, args) -> bool:
+    """Train the agent on the shipped surrogate, then measure its schedules of some test
+    programs for real against the heuristic; says whether every measurement verified."""
+    if args.agent_minutes <= 0 or not (SHIPPED_MODEL / "model.json").is_file():
+        return True
+    from mlirrl_jax.agent.agent import Agent
+    from mlirrl_jax.agent.run import run_training
+    from mlirrl_jax.agent.train import AgentConfig
+    from mlirrl_jax.splits import TEST, entries
+    from mlirrl_jax.validate import (
+        format_report,
+        measure_against_baselines,
+        pick_evenly,
+        save_plot,
+        summarize,
+    )
+
+    run = out_dir / "agent"
+    print(f"\ntraining the agent on the shipped surrogate for {args.agent_minutes:g} minutes")
+    run_training(run, AgentConfig(minutes=args.agent_minutes))
+    chosen = pick_evenly(entries(TEST, ("dl-v0",)), args.agent_programs)
+    programs = [parse_program(e.text, e.uri) for e in chosen]
+    print(f"\nthe agent's greedy schedules of {len(programs)} dl-v0 test programs, measured:")
+    agent = Agent.load(run)
+    with _runner(args) as runner:
+        rows = measure_against_baselines(
+            agent, programs, runner, TimingMethod(seed=args.seed), progress=print
+        )
+    summary = summarize(rows)
+    report = format_report(rows, summary)
+    print(report)
+    (out_dir / "agent_real.md").write_text(
+        f"# The agent (trained {args.agent_minutes:g} min) vs the heuristic, measured\n\n"
+        + report
+        + "\n"
+    )
+    (out_dir / "agent_real.json").write_text(
+        json.dumps({"summary": summary, "rows": rows}, indent=1)
+    )
+    save_plot(rows, out_dir / "agent_real.png")
+    print(f"\nagent run: {run} (learning_curve.png); {out_dir}/agent_real.md, agent_real.png")
+    return all(r["verified"] for r in rows)
+
+
 def cmd_suite(args) -> int:
     from mlirrl_jax.programs import suites
 
+    from mlirrl_jax.splits import split_of
+
     entries = suites.suite(args.name)
     if args.split:
-        entries = [e for e in entries if e.split == args.split]
+        entries = [e for e in entries if split_of(e.uri) == args.split]
     if args.kind:
         entries = [e for e in entries if e.kind == args.kind]
     for e in entries:
-        print(f"{e.uri}\t{e.kind}\t{e.model}\t{e.split}\t{e.flops / 1e6:.1f} MFLOP")
+        print(f"{e.uri}\t{e.kind}\t{e.model}\t{split_of(e.uri)}\t{e.flops / 1e6:.1f} MFLOP")
     print(f"{len(entries)} programs", file=sys.stderr)
     return 0
 
@@ -180,10 +233,28 @@ def cmd_suite(args) -> int:
 def cmd_show(args) -> int:
     program = load_program(args.program)
     print(program.describe())
-    if args.schedule or args.heuristic:
+    schedule = None
+    if args.agent:
+        from mlirrl_jax.agent.agent import Agent
+
+        agent = Agent.load(args.agent)
+        best = agent.scored_schedules([program], n=args.n)[0]
+        for rank, scored in enumerate(best, 1):
+            print(
+                f"\nagent schedule {rank}/{len(best)} ({args.agent}): predicted "
+                f"{scored.predicted_speedup:.2f}x by the surrogate of machine "
+                f"{agent.surrogate.machine_id or '-'}: {scored.schedule.describe()}"
+            )
+        schedule = best[0].schedule
+    elif args.schedule or args.heuristic:
         schedule = Schedule.load(args.schedule) if args.schedule else heuristic_schedule(program)
-        print(f"\nschedule: {schedule.describe()}\n")
+        print(f"\nschedule: {schedule.describe()}")
+    if schedule is not None:
+        print()
         print(transform_script(program, schedule))
+        if args.save:
+            Path(args.save).write_text(json.dumps(schedule.to_json(), indent=1))
+            print(f"schedule written to {args.save}", file=sys.stderr)
     if args.mlir:
         print(program.mlir)
     return 0
@@ -282,6 +353,36 @@ def cmd_fit_cost_model(args) -> int:
     return 0
 
 
+def cmd_train(args) -> int:
+    from mlirrl_jax.host_devices import use_compilation_cache, use_host_devices
+
+    use_host_devices()  # every core an XLA device: the environments are split across them
+    use_compilation_cache()
+    from mlirrl_jax.agent.run import run_training
+    from mlirrl_jax.agent.train import AgentConfig
+
+    out = Path(args.out)
+    overrides = {}
+    if args.minutes is not None:
+        overrides = {"minutes": args.minutes, "iterations": 0}
+    elif args.iterations is not None:
+        overrides = {"iterations": args.iterations}
+    if args.surrogate is not None:
+        overrides["surrogate"] = args.surrogate
+    config = None
+    if args.config:
+        config = AgentConfig.from_json({**json.loads(Path(args.config).read_text()), **overrides})
+    elif args.resume and overrides:  # a resumed run may get a new budget, nothing else
+        saved = AgentConfig.from_json(json.loads((out / "config.json").read_text()))
+        config = AgentConfig.from_json({**saved.to_json(), **overrides})
+        (out / "config.json").write_text(config.dumps())
+    elif overrides:
+        config = AgentConfig.from_json(overrides)
+    run_training(out, config, resume=args.resume)
+    print(f"run in {out.resolve()}: metrics.jsonl, learning_curve.png, summary.json, checkpoints/")
+    return 0
+
+
 def _add_measure_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=1, help="threads for the scheduled kernel")
     parser.add_argument(
@@ -319,6 +420,21 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="the main job: built-in programs, unscheduled vs scheduled")
     p.add_argument("programs", nargs="*", help="programs (default: a built-in selection)")
     p.add_argument("--out", help="output folder (default: runs/demo-<time>)")
+    p.add_argument(
+        "--agent-minutes",
+        type=float,
+        default=2.0,
+        help="minutes of agent training on the shipped surrogate (0: skip the agent)",
+    )
+    p.add_argument(
+        "--agent-programs", type=int, default=8, help="test programs the agent is measured on"
+    )
+    p.add_argument(
+        "--surrogate-metrics",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="re-evaluate the shipped surrogate on its held-out programs (about a minute)",
+    )
     _add_measure_options(p)
     p.set_defaults(func=cmd_demo)
 
@@ -396,7 +512,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("suite", help="list a built-in suite's programs")
     p.add_argument("--name", default="dl-v0")
-    p.add_argument("--split", choices=["train", "test"])
+    p.add_argument("--split", choices=["train", "surrogate-validation", "test"])
     p.add_argument("--kind")
     p.set_defaults(func=cmd_suite)
 
@@ -405,7 +521,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--schedule", help="schedule JSON file")
     p.add_argument("--heuristic", action="store_true", help="show the heuristic schedule")
     p.add_argument("--mlir", action="store_true", help="print the normalized kernel")
+    p.add_argument("--agent", help="a training run folder: show its agent's schedule")
+    p.add_argument("-n", type=int, default=1, help="with --agent: the n best distinct schedules")
+    p.add_argument("--save", help="write the shown schedule's JSON to this file")
     p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser("train", help="train the PPO agent on the surrogate (simulated reward)")
+    p.add_argument("--out", required=True, help="the run folder, e.g. runs/NAME")
+    budget = p.add_mutually_exclusive_group()
+    budget.add_argument("--minutes", type=float, help="training time (default: the config's)")
+    budget.add_argument("--iterations", type=int, help="PPO iterations instead of a time")
+    p.add_argument("--config", help="JSON file of AgentConfig fields (the rest: defaults)")
+    p.add_argument("--surrogate", help="cost model folder, or 'analytic' (default: shipped)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out")
+    p.set_defaults(func=cmd_train)
     return parser
 
 
@@ -413,7 +542,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ProgramError, ScheduleError, KeyError, ValueError) as exc:
+    except (ProgramError, ScheduleError, KeyError, ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

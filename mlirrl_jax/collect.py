@@ -58,6 +58,7 @@ class CollectConfig:
     method: TimingMethod = field(default_factory=TimingMethod)
     max_programs: int | None = None  # only the first N programs of the split (tests, demos)
     max_mflops: float | None = None  # only programs of at most this many MFLOP
+    programs: tuple[str, ...] = ()  # only these URIs of the split (tests, demos)
     inject_faults: tuple[str, ...] = ()  # testing only: faults for the first sampled tasks
     progress: bool = True
 
@@ -85,6 +86,8 @@ class CollectReport:
 
 def _programs(config: CollectConfig, split: str) -> list[Program]:
     entries = suites.split(config.suite, split)
+    if config.programs:
+        entries = [e for e in entries if e.uri in config.programs]
     if config.max_mflops is not None:
         entries = [e for e in entries if e.flops <= config.max_mflops * 1e6]
     if config.max_programs:

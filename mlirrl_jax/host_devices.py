@@ -8,6 +8,7 @@ before JAX's first computation: call `use_host_devices` first thing in a program
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
@@ -43,6 +44,16 @@ def use_host_devices(count: int | None = None) -> int:
             "the first JAX computation of the process"
         )
     return count
+
+
+def use_compilation_cache(directory: str | os.PathLike | None = None) -> str:
+    """Keep XLA's compiled programs on disk, so that a rerun (a resumed training run, say)
+    skips compiling them again: `directory`, else $JAX_COMPILATION_CACHE_DIR, else
+    ~/.cache/mlirrl-jax/xla. Returns the folder."""
+    chosen = directory or os.environ.get("JAX_COMPILATION_CACHE_DIR")
+    chosen = str(Path(chosen or Path.home() / ".cache" / "mlirrl-jax" / "xla").resolve())
+    jax.config.update("jax_compilation_cache_dir", chosen)
+    return chosen
 
 
 def shard_rows(tree, devices: list | None = None):

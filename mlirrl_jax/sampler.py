@@ -9,13 +9,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mlirrl_jax.env.jax_env import JaxEnv, Observation, sample_action
+from mlirrl_jax.env.jax_env import JaxEnv, sample_action
+from mlirrl_jax.env.observation import Observation
 from mlirrl_jax.env.replay import replay
 from mlirrl_jax.env.state import ProgramTable, encode_programs
 from mlirrl_jax.programs.ir import Program
 from mlirrl_jax.schedule import Schedule
 
-# policy(key, observation) -> action vector; jittable
+# policy(key, observation) -> action vector, for one (unbatched) observation; jittable
 Policy = Callable[[jax.Array, Observation], jax.Array]
 
 
@@ -35,22 +36,24 @@ class EpisodeSampler:
     ):
         self.programs = programs
         self.table = table if table is not None else encode_programs(programs)
-        env = JaxEnv(auto_reset=False)
+        env = JaxEnv(auto_reset=False)  # its (analytic) reward goes unused
         self._pool = jnp.arange(len(programs))
+        self._params = jax.jit(env.reward.prepare)(None, self.table)
         self._reset = jax.jit(env.reset_to)
         self._step = jax.jit(env.step)
-        self._act = jax.jit(policy or random_policy())
+        self._act = jax.jit(jax.vmap(policy or random_policy()))
 
     def actions(self, program_index: int, key: jax.Array) -> list[np.ndarray]:
         """The applied actions of one episode on program `program_index`."""
         key, reset_key = jax.random.split(key)
-        state, timestep = self._reset(self.table, jnp.int32(program_index), reset_key)
+        programs = jnp.array([program_index], jnp.int32)
+        state, timestep = self._reset(self._params, self.table, programs, reset_key[None])
         actions = []
-        while not bool(state.done):
+        while not bool(state.done[0]):
             key, sub = jax.random.split(key)
-            action = self._act(sub, timestep.observation)
-            state, timestep = self._step(self.table, self._pool, state, action)
-            actions.append(np.asarray(timestep.applied_action))
+            action = self._act(sub[None], timestep.observation)
+            state, timestep = self._step(self._params, self.table, self._pool, state, action)
+            actions.append(np.asarray(timestep.applied_action[0]))
         return actions
 
     def schedule(self, program_index: int, key: jax.Array) -> tuple[Schedule, list[np.ndarray]]:

@@ -1,8 +1,11 @@
 """Shared fixtures: small real programs and one measurement runner per test session."""
 
+import os
+
 import pytest
 
 from mlirrl_jax.measure.runner import Runner
+from mlirrl_jax.programs import generate as g
 from mlirrl_jax.programs.ir import parse_program
 
 MATMUL = """
@@ -51,6 +54,33 @@ func.func @conv(%I: tensor<1x18x18x16xf32>, %W: tensor<3x3x16x32xf32>) -> tensor
 """
 
 
+# one small program of every kind of op the environment schedules (multi-op ones included)
+KERNEL_SPECS = [
+    g.MatmulSpec(64, 96, 128),
+    g.MatmulBiasReluSpec(32, 64, 48),
+    g.ConvBiasReluSpec(1, 10, 10, 8, 16, 3),
+    g.Conv2dSpec("nchw", 1, 11, 11, 8, 16, 3, stride=2),
+    g.DepthwiseSpec(1, 14, 14, 32, 3),
+    g.PoolSpec("avg", 1, 9, 9, 16, 3, stride=2),
+    g.SoftmaxSpec("full", 16, 64),
+    g.ContractionSpec("su3_mul", (4, 8)),
+    g.ContractionSpec("spin_color_trace", (4, 4, 4, 4)),
+    g.BatchMatmulSpec(2, 16, 32, 24),
+]
+
+
+@pytest.fixture(scope="session")
+def kernel_programs():
+    return [parse_program(g.render(s), s.name) for s in KERNEL_SPECS]
+
+
+@pytest.fixture(scope="session")
+def kernel_table(kernel_programs):
+    from mlirrl_jax.env.state import encode_programs
+
+    return encode_programs(kernel_programs)
+
+
 @pytest.fixture(scope="session")
 def matmul():
     return parse_program(MATMUL, "matmul")
@@ -70,3 +100,14 @@ def conv():
 def runner():
     with Runner(timeout_s=60) as r:
         yield r
+
+
+@pytest.fixture(scope="session", autouse=True)
+def compilation_cache(tmp_path_factory):
+    """One XLA compilation cache for the session and the processes its tests start: a
+    computation compiled once (the training iteration, say) is loaded, not compiled, again."""
+    from mlirrl_jax.host_devices import use_compilation_cache
+
+    folder = use_compilation_cache(tmp_path_factory.mktemp("xla-cache"))
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = folder
+    yield folder

@@ -62,7 +62,16 @@ def test_bad_inputs_give_clear_errors(tmp_path, capsys):
 
 
 def test_demo_writes_table_and_plot(tmp_path):
-    result = run_cli("demo", "suite://dl-v0/relu_1x56x56x64", "--out", str(tmp_path))
+    # the surrogate's metrics and the agent are tested on their own (test_cost_model, test_agent)
+    result = run_cli(
+        "demo",
+        "suite://dl-v0/relu_1x56x56x64",
+        "--out",
+        str(tmp_path),
+        "--no-surrogate-metrics",
+        "--agent-minutes",
+        "0",
+    )
     assert result.returncode == 0, result.stderr
     assert "| program |" in result.stdout
     assert (tmp_path / "results.md").exists() and (tmp_path / "speedup.png").exists()

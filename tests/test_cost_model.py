@@ -1,5 +1,6 @@
 """The surrogate: features identical to the env's, training, checkpoints, interface, metrics."""
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -12,13 +13,28 @@ from cost_model.train import TrainConfig
 from mlirrl_jax.actions import MAX_OPS
 from mlirrl_jax.collect import CollectConfig, CollectionJob
 from mlirrl_jax.env.features import features
-from mlirrl_jax.env.jax_env import JaxEnv, sample_action
+from mlirrl_jax.env.jax_env import JaxEnv, sample_action, transition
 from mlirrl_jax.env.replay import schedule_to_actions
-from mlirrl_jax.env.state import trim_ops
+from mlirrl_jax.env.reward import TerminalReward
+from mlirrl_jax.env.state import initial_state, trim_ops
 from mlirrl_jax.measure.fingerprint import machine_fingerprint
 from mlirrl_jax.measure.timing import TimingMethod
 from mlirrl_jax.store import MeasurementStore
 
+# cheap dl-v0 programs: six of the train split, two of the surrogate-validation split
+CHEAP_PROGRAMS = tuple(
+    f"suite://dl-v0/{name}"
+    for name in (
+        "add_1x56x56x64",
+        "relu_1x56x56x64",
+        "add_1x28x28x128",
+        "relu_1x28x28x128",
+        "add_1x14x14x256",
+        "relu_1x14x14x256",
+        "add_1x14x14x64",
+        "softmax_sum_r768_c64",
+    )
+)
 SMALL = TrainConfig(epochs=30, programs_per_batch=4, rows_per_program=8, teacher="none")
 
 
@@ -31,8 +47,7 @@ def store_path(tmp_path_factory):
             store=path,
             budget=48,
             workers=2,
-            max_mflops=0.5,
-            max_programs=8,
+            programs=CHEAP_PROGRAMS,
             baselines_of=("train",),
             progress=False,
             method=TimingMethod(min_repeats=3, min_time_s=0.01),
@@ -53,15 +68,13 @@ def model(dataset):
 
 
 def test_training_examples_are_featurized_as_the_env_does(dataset):
-    env = JaxEnv(auto_reset=False)
-    pool = jnp.arange(len(dataset.programs))
     row = int(np.flatnonzero(~dataset.is_baseline)[0])
     program = int(dataset.program[row])
-    state, _ = env.reset_to(dataset.table, jnp.int32(program), jax.random.PRNGKey(0))
-    schedule = _schedule_of_row(dataset, row)
-    for action in schedule_to_actions(dataset.programs[program], schedule):
-        state, timestep = env.step(dataset.table, pool, state, jnp.asarray(action))
-    stepped = timestep.observation.features
+    state = initial_state(dataset.table, jnp.int32(program), jax.random.PRNGKey(0))
+    step = jax.jit(transition)
+    for action in schedule_to_actions(dataset.programs[program], _schedule_of_row(dataset, row)):
+        state = step(dataset.table, state, jnp.asarray(action))[0]
+    stepped = features(dataset.table, state)
     # the same function; batched and single-state compilations may round differently
     for name in ("op_features", "loop_features", "log_points"):
         a, b = np.asarray(getattr(stepped, name)), getattr(dataset.features, name)[row]
@@ -137,14 +150,35 @@ def test_predictions_run_over_the_tables_op_slots_only(model, dataset):
 @pytest.mark.parametrize("which", ["surrogate", "analytic"])
 def test_models_are_the_environment_reward(model, dataset, which):
     reward_model = model[0] if which == "surrogate" else AnalyticModel()
-    env = JaxEnv(log_time_fn=reward_model.log_time_fn)
-    pool = jnp.arange(len(dataset.programs))
-    step = jax.jit(env.step)
-    state, timestep = env.reset(jax.random.PRNGKey(0), dataset.table, pool)
-    for i in range(20):
-        action = sample_action(jax.random.PRNGKey(i), timestep.observation.mask)
-        state, timestep = step(dataset.table, pool, state, action)
-        assert np.isfinite(float(timestep.reward))
+    table = dataset.table
+    chex.clear_trace_counter()  # the other parameter traced the same function
+    env = JaxEnv(reward=TerminalReward(reward_model.log_time_model, chunk=4), auto_reset=False)
+    step = jax.jit(chex.assert_max_traces(env.step, n=1))
+    prepare = jax.jit(env.reward.prepare)
+    programs = jnp.arange(min(8, table.n_programs), dtype=jnp.int32)
+
+    def returns(model_params):
+        params = prepare(model_params, table)
+        keys = jax.random.split(jax.random.PRNGKey(0), programs.shape[0])
+        states, timestep = env.reset_to(params, table, programs, keys)
+        total, key = np.zeros(programs.shape[0]), jax.random.PRNGKey(1)
+        while not bool(states.done.all()):
+            key, sub = jax.random.split(key)
+            masks = timestep.observation.mask
+            actions = jax.vmap(sample_action)(jax.random.split(sub, programs.shape[0]), masks)
+            states, timestep = step(params, table, programs, states, actions)
+            total += np.asarray(timestep.reward)
+        return total, states, params
+
+    total, final, params = returns(reward_model.params)
+    # the episode's return is the model's predicted log-speedup of its schedule
+    base = reward_model.predict(table, env.initial(params, table, programs, final.key))
+    expected = np.asarray(base) - np.asarray(reward_model.predict(table, final))
+    assert np.allclose(total, expected, atol=1e-4)
+    if which == "surrogate":  # new weights are a new argument: no retrace, other rewards
+        shifted = jax.tree.map(lambda a: a * 1.05, reward_model.params)
+        again, _, _ = returns(shifted)
+        assert not np.allclose(again, total)
 
 
 def test_metrics_on_known_values():
@@ -197,26 +231,6 @@ def test_an_ensemble_averages_members_trained_on_their_own_batches(dataset):
     mean = np.asarray(apply(ensemble.graphdef, ensemble.params, feats))
     assert np.allclose(mean, each.mean(axis=0), atol=1e-5)
     assert np.allclose(predict_dataset(ensemble, dataset), mean, atol=1e-4)
-
-
-def test_held_out_programs_come_from_the_evaluation_suite_only(dataset):
-    from dataclasses import replace
-
-    from cost_model.dataset import held_out_programs
-
-    held = held_out_programs(dataset, families=(), share=0.5)
-    assert 0 < len(held) < len(dataset.programs)
-    # programs of another suite (extra training shapes) never go to the held-out set, and
-    # adding them leaves the evaluation suite's held-out programs as they were
-    extra = [
-        replace(p, name=p.name.replace("suite://dl-v0/", "suite://shapes-v0/"))
-        for p in dataset.programs
-    ]
-    programs = [p for pair in zip(extra, dataset.programs) for p in pair]  # interleaved
-    families = [f for f in dataset.families for _ in range(2)]
-    grown = replace(dataset, programs=programs, families=families)
-    held_grown = held_out_programs(grown, families=(), share=0.5)
-    assert {programs[i].name for i in held_grown} == {dataset.programs[i].name for i in held}
 
 
 def test_random_states_are_finished_legal_episodes_of_the_datasets_programs(dataset):
@@ -300,9 +314,11 @@ def test_the_fit_job_writes_metrics_a_plot_and_a_model_that_reevaluates_the_same
 
     machine = machine_fingerprint()["machine_id"]
     out = tmp_path / "run"
-    result = fit_and_report(store_path, out, machine, SMALL, share=0.3, progress=False)
+    result = fit_and_report(store_path, out, machine, SMALL, progress=False)
     assert (out / "metrics.json").is_file() and (out / "predicted_vs_measured.png").is_file()
-    assert result["held_out_programs"] >= 2 and result["train_rows"] > 0
+    # fitted on the train split, evaluated on the surrogate-validation split
+    assert result["held_out_programs"] == 2 and result["train_rows"] > 0
+    assert result["test_rows_left_out"] == 0
     for name in ("surrogate", "analytic_baseline"):
         assert 0.0 <= result[name]["pairwise_accuracy"] <= 1.0
         assert np.isfinite(result[name]["mape_speedup"])
@@ -341,20 +357,38 @@ def test_the_metrics_table_marks_a_family_with_only_baselines():
     assert "| a | 1 | 117.5% | 0.500 | 0.667 | 1.000 | 1.000 |" in table
 
 
-def test_the_shipped_model_reevaluates_to_its_recorded_metrics():
-    # guards the shipped checkpoint against any drift of the features or the network code
+def test_the_shipped_model_predicts_its_reference_slice_as_recorded(tmp_path):
+    # guards the shipped checkpoint against drift of the features or the network code, on a
+    # small slice of the seed (every row of a few held-out programs), re-predicted
     import json
     from pathlib import Path
 
-    from cost_model.report import evaluate_saved
+    import pyarrow.parquet as pq
+
+    from mlirrl_jax.env.replay import HostState, schedule_of
 
     root = Path(__file__).resolve().parent.parent
-    recorded = json.loads((root / "data" / "cost_model" / "metrics.json").read_text())
+    shipped = root / "data" / "cost_model"
+    reference = json.loads((shipped / "reference_predictions.json").read_text())
     seed = sorted((root / "data" / "seed").glob("*.parquet"))[0]
-    again = evaluate_saved(root / "data" / "cost_model", seed)
-    assert again["held_out_rows"] == recorded["held_out_rows"]
-    for key in ("mape_speedup", "spearman", "pairwise_accuracy", "top1", "top5"):
-        assert again["surrogate"][key] == pytest.approx(recorded["surrogate"][key], abs=1e-4)
+    rows = pq.read_table(seed, filters=[("program_name", "in", reference["programs"])])
+    pq.write_table(rows, tmp_path / "slice.parquet")
+    model = CostModel.load(shipped)
+    with MeasurementStore(tmp_path / "slice.db") as store:
+        store.import_parquet(tmp_path / "slice.parquet", allow_other_machines=True)
+        data = load_dataset(store, model.meta["machine_id"])
+    predicted = predict_dataset(model, data)
+    again = {}
+    for i in range(len(data)):
+        program = data.programs[int(data.program[i])]
+        state = HostState.from_env_state(jax.tree.map(lambda a, i=i: a[i], data.states))
+        again[program.name, schedule_of(program, state).hash] = float(predicted[i])
+    recorded = {
+        (r["program"], r["schedule_hash"]): r["predicted_log_time"] for r in reference["rows"]
+    }
+    assert again.keys() == recorded.keys() and len(recorded) > 50
+    for key, value in recorded.items():
+        assert again[key] == pytest.approx(value, abs=1e-4), key
 
 
 def test_step_caps_bound_the_batches_of_each_phase(dataset):

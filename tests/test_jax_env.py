@@ -1,4 +1,5 @@
-"""The jitted environment: traced once, vmap/scan, masks, rewards, and replay equality."""
+"""The jitted environment: traced once, batched steps under scan, masks, rewards, truncation,
+and replay equality."""
 
 import chex
 import jax
@@ -15,44 +16,52 @@ from mlirrl_jax.actions import (
     tile_candidates,
 )
 from mlirrl_jax.env.jax_env import JaxEnv, action_mask, sample_action
-from mlirrl_jax.env.replay import CONTENT_FIELDS, HostState, replay, schedule_to_actions
+from mlirrl_jax.env.replay import (
+    CONTENT_FIELDS,
+    HostState,
+    replay,
+    schedule_to_actions,
+    state_of_schedule,
+)
+from mlirrl_jax.env.reward import ShapedReward, evaluate_where
 from mlirrl_jax.env.state import EncodingError, encode_programs
 from mlirrl_jax.programs import generate as g
 from mlirrl_jax.programs.ir import parse_program
 
-SPECS = [
-    g.MatmulSpec(64, 96, 128),
-    g.MatmulBiasReluSpec(32, 64, 48),
-    g.ConvBiasReluSpec(1, 10, 10, 8, 16, 3),
-    g.Conv2dSpec("nchw", 1, 11, 11, 8, 16, 3, stride=2),
-    g.DepthwiseSpec(1, 14, 14, 32, 3),
-    g.PoolSpec("avg", 1, 9, 9, 16, 3, stride=2),
-    g.SoftmaxSpec("full", 16, 64),
-    g.ContractionSpec("su3_mul", (4, 8)),
-    g.ContractionSpec("spin_color_trace", (4, 4, 4, 4)),
-    g.BatchMatmulSpec(2, 16, 32, 24),
-]
+
+@pytest.fixture(scope="module")
+def programs(kernel_programs):
+    return kernel_programs
 
 
 @pytest.fixture(scope="module")
-def programs():
-    return [parse_program(g.render(s), s.name) for s in SPECS]
+def table(kernel_table):
+    return kernel_table
 
 
-@pytest.fixture(scope="module")
-def table(programs):
-    return encode_programs(programs)
+def one(tree):
+    """Row 0 of a batch of one."""
+    return jax.tree.map(lambda a: a[0], tree)
+
+
+def start(env, table, program_index, key, params=None):
+    """A batch of one episode on `program_index` (the reward's parameters prepared)."""
+    params = params if params is not None else env.reward.prepare(None, table)
+    programs = jnp.array([program_index], jnp.int32)
+    state, timestep = env.reset_to(params, table, programs, key[None])
+    return params, state, timestep
 
 
 def run_episode(env, table, program_index, key, steps_fn):
-    state, timestep = env.reset_to(table, jnp.int32(program_index), key)
-    states, actions = [state], []
-    while not bool(state.done):
+    params, state, timestep = start(env, table, program_index, key)
+    states, actions = [one(state)], []
+    while not bool(state.done[0]):
         key, sub = jax.random.split(key)
-        state, timestep = steps_fn(state, sample_action(sub, timestep.observation.mask))
-        assert not bool(timestep.invalid_action)
-        states.append(state)
-        actions.append(np.asarray(timestep.applied_action))
+        action = sample_action(sub, one(timestep.observation.mask))
+        state, timestep = steps_fn(params, state, action[None])
+        assert not bool(timestep.invalid_action[0])
+        states.append(one(state))
+        actions.append(np.asarray(timestep.applied_action[0]))
     return states, actions, timestep
 
 
@@ -60,12 +69,14 @@ def test_step_is_traced_once(table):
     env = JaxEnv(auto_reset=False)
     pool = jnp.arange(table.n_programs)
     traced = jax.jit(chex.assert_max_traces(env.step, n=1))
-    state, timestep = env.reset_to(table, jnp.int32(0), jax.random.PRNGKey(0))
+    params, state, timestep = start(env, table, 0, jax.random.PRNGKey(0))
     for i in range(12):
-        action = sample_action(jax.random.PRNGKey(i), timestep.observation.mask)
-        state, timestep = traced(table, pool, state, action)
-    other, _ = env.reset_to(table, jnp.int32(3), jax.random.PRNGKey(1))
-    traced(table, pool, other, encode_action(NEXT))  # another program: no retrace
+        action = sample_action(jax.random.PRNGKey(i), one(timestep.observation.mask))
+        state, timestep = traced(params, table, pool, state, action[None])
+    _, other, _ = start(env, table, 3, jax.random.PRNGKey(1), params)
+    traced(params, table, pool, other, encode_action(NEXT)[None])  # another program
+    doubled = params.replace(base_log_time=params.base_log_time * 2)
+    traced(doubled, table, pool, other, encode_action(NEXT)[None])  # new reward parameters
 
 
 def random_episodes(programs, table, n, seed):
@@ -78,7 +89,7 @@ def random_episodes(programs, table, n, seed):
         key, sub = jax.random.split(key)
         index = episode % len(programs)
         states, actions, _ = run_episode(
-            env, table, index, sub, lambda s, a: step(table, pool, s, a)
+            env, table, index, sub, lambda p, s, a: step(p, table, pool, s, a)
         )
         yield index, states, actions
 
@@ -98,28 +109,34 @@ def test_schedule_round_trips_through_actions(programs, table):
         assert host_again.differences(host, CONTENT_FIELDS) == []
 
 
-def test_vmap_and_scan_rollout_each_env_its_own_program(table):
+def test_a_whole_schedule_and_its_actions_reach_the_same_state(programs, table):
+    for index, _, actions in random_episodes(programs, table, 20, seed=5):
+        schedule, host = replay(programs[index], actions)
+        direct = state_of_schedule(programs[index], schedule)
+        assert direct.differences(host, CONTENT_FIELDS) == [], index
+        assert direct.cursor == -1
+
+
+def test_batched_steps_under_scan_each_env_its_own_program(table):
     env = JaxEnv()
     pool = jnp.arange(table.n_programs)
     n_envs, n_steps = 16, 40
 
     @jax.jit
     def rollout(key):
-        states, timesteps = jax.vmap(env.reset, in_axes=(0, None, None))(
-            jax.random.split(key, n_envs), table, pool
-        )
+        params = env.reward.prepare(None, table)
+        states, timesteps = env.reset(params, jax.random.split(key, n_envs), table, pool)
 
         def body(carry, step_key):
             states, timesteps = carry
             actions = jax.vmap(sample_action)(
                 jax.random.split(step_key, n_envs), timesteps.observation.mask
             )
-            states, timesteps = jax.vmap(env.step, in_axes=(None, None, 0, 0))(
-                table, pool, states, actions
-            )
+            states, timesteps = env.step(params, table, pool, states, actions)
             return (states, timesteps), (
                 timesteps.reward,
                 timesteps.done,
+                timesteps.discount,
                 states.program,
                 timesteps.invalid_action,
             )
@@ -127,65 +144,101 @@ def test_vmap_and_scan_rollout_each_env_its_own_program(table):
         _, out = jax.lax.scan(body, (states, timesteps), jax.random.split(key, n_steps))
         return out
 
-    rewards, dones, program_ids, invalid = rollout(jax.random.PRNGKey(0))
+    rewards, dones, discounts, program_ids, invalid = rollout(jax.random.PRNGKey(0))
     assert rewards.shape == (n_steps, n_envs) and bool(jnp.all(jnp.isfinite(rewards)))
     assert int(dones.sum()) > n_envs  # episodes end and restart
     assert len(np.unique(np.asarray(program_ids))) > 3
     assert not bool(invalid.any())
-    # rewards are paid only when an episode ends (no shaping)
+    # rewards are paid only when an episode ends (terminal reward), which is not discounted on
     assert bool(jnp.all(jnp.where(dones, True, rewards == 0)))
+    assert bool(jnp.all(discounts == jnp.where(dones, 0.0, 1.0)))
 
 
 def test_shaped_rewards_sum_to_the_terminal_log_speedup(table):
-    env = JaxEnv(shaping=True, auto_reset=False)
+    shaped = JaxEnv(reward=ShapedReward(), auto_reset=False)
+    terminal = JaxEnv(auto_reset=False)
     pool = jnp.arange(table.n_programs)
-    step = jax.jit(env.step)
-    total, key = 0.0, jax.random.PRNGKey(11)
-    state, timestep = env.reset_to(table, jnp.int32(0), key)
-    while not bool(state.done):
+    steps = [jax.jit(env.step) for env in (shaped, terminal)]
+    totals, key = [0.0, 0.0], jax.random.PRNGKey(11)
+    runs = [start(env, table, 0, key) for env in (shaped, terminal)]
+    while not bool(runs[0][1].done[0]):
         key, sub = jax.random.split(key)
-        state, timestep = step(table, pool, state, sample_action(sub, timestep.observation.mask))
-        total += float(timestep.reward)
-    assert total == pytest.approx(float(timestep.log_speedup), abs=1e-4)
+        action = sample_action(sub, one(runs[0][2].observation.mask))[None]
+        for i, (params, state, _) in enumerate(runs):
+            state, timestep = steps[i](params, table, pool, state, action)
+            runs[i] = (params, state, timestep)
+            totals[i] += float(timestep.reward[0])
+    assert totals[0] == pytest.approx(float(runs[0][2].log_speedup[0]), abs=1e-4)
+    assert totals[0] == pytest.approx(totals[1], abs=1e-4)  # the same return either way
+
+
+def test_an_episode_cut_at_the_step_limit_is_truncated_not_terminated(table):
+    env = JaxEnv(max_steps=2, auto_reset=False)
+    pool = jnp.arange(table.n_programs)
+    params, state, timestep = start(env, table, 0, jax.random.PRNGKey(0))
+    tile = encode_action(TILE, tiles=[1, 1, 1])[None]  # the matmul: no step ends its op
+    state, first = env.step(params, table, pool, state, tile)
+    state, second = env.step(params, table, pool, state, encode_action(INTERCHANGE)[None])
+    assert not bool(first.done[0]) and bool(second.done[0]) and bool(second.truncated[0])
+    # no terminal reward, and the discount says the episode did not terminate
+    assert float(second.reward[0]) == 0.0 and float(second.discount[0]) == 1.0
+    assert bool(state.done[0])  # nothing more happens in it
+    _, after = env.step(params, table, pool, state, encode_action(NEXT)[None])
+    assert not bool(after.done[0]) and float(after.reward[0]) == 0.0
+
+
+def test_the_model_runs_only_where_needed_with_the_same_values():
+    rows = jnp.arange(300, dtype=jnp.float32)
+    needed = (jnp.arange(300) % 7 == 0) | (jnp.arange(300) > 290)
+    calls = []
+
+    def fn(x):
+        calls.append(x.shape)
+        return x * 2.0 + 1.0
+
+    got = evaluate_where(fn, needed, rows, chunk=16)
+    assert np.array_equal(np.asarray(got), np.where(needed, rows * 2.0 + 1.0, 0.0))
+    assert calls == [(16,)]  # traced once, for one chunk shape
+    counted = jax.jit(lambda n: evaluate_where(lambda x: x + 1.0, n, rows, chunk=16))
+    assert float(counted(jnp.zeros(300, bool)).sum()) == 0.0  # nothing needed, nothing run
 
 
 def test_masks_follow_the_grammar(programs, table):
     env = JaxEnv(auto_reset=False)
     pool = jnp.arange(table.n_programs)
     # matmul: op 1 (the matmul) comes first; its tile choices are divisors of the extents
-    state, timestep = env.reset_to(table, jnp.int32(0), jax.random.PRNGKey(0))
-    mask = timestep.observation.mask
-    assert int(state.cursor) == 1
+    params, state, timestep = start(env, table, 0, jax.random.PRNGKey(0))
+    mask = one(timestep.observation.mask)
+    assert int(state.cursor[0]) == 1
     assert not bool(mask.kind[VECTORIZE])  # 64x96x128 is too big to vectorize whole
     assert not bool(mask.parallel_tile[2, 1:].any())  # the reduction loop is not parallel
     offered = tile_candidates(96)
     assert [bool(m) for m in mask.tile[1]] == [True] + [s > 0 for s in offered[1:]]
     choices = [tile_candidates(64).index(8), offered.index(32), tile_candidates(128).index(1)]
-    state, timestep = env.step(table, pool, state, encode_action(TILE, tiles=choices))
-    assert bool(timestep.observation.mask.kind[VECTORIZE])
-    assert not bool(timestep.observation.mask.kind[INTERCHANGE])  # after tiling: too late
-    state, timestep = env.step(table, pool, state, encode_action(VECTORIZE))
-    assert int(state.cursor) == 0  # vectorizing ends the op
+    state, timestep = env.step(params, table, pool, state, encode_action(TILE, tiles=choices)[None])
+    assert bool(timestep.observation.mask.kind[0, VECTORIZE])
+    assert not bool(timestep.observation.mask.kind[0, INTERCHANGE])  # after tiling: too late
+    state, timestep = env.step(params, table, pool, state, encode_action(VECTORIZE)[None])
+    assert int(state.cursor[0]) == 0  # vectorizing ends the op
     # convolutions: decompose only once the window row and output row are tiled to 1
-    conv = 3
-    state, timestep = env.reset_to(table, jnp.int32(conv), jax.random.PRNGKey(0))
-    assert not bool(timestep.observation.mask.kind[VECTORIZE])
+    _, _, timestep = start(env, table, 3, jax.random.PRNGKey(0), params)
+    assert not bool(timestep.observation.mask.kind[0, VECTORIZE])
 
 
 def test_invalid_actions_are_replaced_and_flagged(table):
     env = JaxEnv(auto_reset=False)
     pool = jnp.arange(table.n_programs)
-    state, _ = env.reset_to(table, jnp.int32(0), jax.random.PRNGKey(0))
-    new, timestep = env.step(table, pool, state, encode_action(VECTORIZE))
-    assert bool(timestep.invalid_action)
-    assert int(timestep.applied_action[0]) == NEXT and int(new.cursor) == 0
+    params, state, _ = start(env, table, 0, jax.random.PRNGKey(0))
+    new, timestep = env.step(params, table, pool, state, encode_action(VECTORIZE)[None])
+    assert bool(timestep.invalid_action[0])
+    assert int(timestep.applied_action[0, 0]) == NEXT and int(new.cursor[0]) == 0
 
 
 def test_masks_agree_with_observation(table):
     env = JaxEnv(auto_reset=False)
-    state, timestep = env.reset_to(table, jnp.int32(2), jax.random.PRNGKey(0))
-    direct = action_mask(table, state)
-    assert bool(jnp.all(direct.kind == timestep.observation.mask.kind))
+    _, state, timestep = start(env, table, 2, jax.random.PRNGKey(0))
+    direct = action_mask(table, one(state))
+    assert bool(jnp.all(direct.kind == timestep.observation.mask.kind[0]))
 
 
 def test_programs_too_large_for_the_table_are_refused():
@@ -198,8 +251,8 @@ def test_programs_too_large_for_the_table_are_refused():
 def test_specs_declare_every_shape(table):
     env = JaxEnv()
     spec = env.observation_spec(table)
-    _, timestep = env.reset_to(table, jnp.int32(0), jax.random.PRNGKey(0))
-    actual = jax.tree.map(lambda a: (a.shape, a.dtype), timestep.observation)
+    _, _, timestep = start(env, table, 0, jax.random.PRNGKey(0))
+    actual = jax.tree.map(lambda a: (a.shape, a.dtype), one(timestep.observation))
     declared = jax.tree.map(lambda a: (a.shape, a.dtype), spec)
     assert actual == declared
-    assert env.action_spec()["action"].shape == timestep.applied_action.shape
+    assert env.action_spec()["action"].shape == timestep.applied_action.shape[1:]

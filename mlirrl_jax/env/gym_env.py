@@ -20,8 +20,8 @@ import numpy as np
 from gymnasium import spaces
 
 from mlirrl_jax.actions import MAX_LOOPS, MAX_OPS, N_KINDS, N_TILE_CHOICES
-from mlirrl_jax.env.features import LOOP_FEATURES, OP_FEATURES
 from mlirrl_jax.env.jax_env import JaxEnv
+from mlirrl_jax.env.observation import CANDIDATE_OBS, LOOP_OBS, OP_OBS
 from mlirrl_jax.env.replay import replay
 from mlirrl_jax.env.state import encode_programs
 from mlirrl_jax.measure.runner import Runner
@@ -29,7 +29,7 @@ from mlirrl_jax.measure.timing import Measurement, TimingMethod
 from mlirrl_jax.programs.ir import Program, load_program
 from mlirrl_jax.schedule import Schedule
 
-FEATURE_BOUND = 16.0  # features are scaled logs, flags and counts: well inside this
+FEATURE_BOUND = 16.0  # observations are scaled logs, flags and counts: well inside this
 
 
 @dataclass
@@ -55,13 +55,16 @@ class EpisodeRecord:
 def observation_space() -> spaces.Dict:
     return spaces.Dict(
         {
-            "op_features": spaces.Box(
-                -FEATURE_BOUND, FEATURE_BOUND, (MAX_OPS, OP_FEATURES), np.float32
+            "ops": spaces.Box(-FEATURE_BOUND, FEATURE_BOUND, (MAX_OPS, OP_OBS), np.float32),
+            "loops": spaces.Box(-FEATURE_BOUND, FEATURE_BOUND, (MAX_LOOPS, LOOP_OBS), np.float32),
+            "op_valid": spaces.MultiBinary(MAX_OPS),
+            "loop_valid": spaces.MultiBinary(MAX_LOOPS),
+            "candidates": spaces.Box(
+                -FEATURE_BOUND,
+                FEATURE_BOUND,
+                (MAX_LOOPS, N_TILE_CHOICES, CANDIDATE_OBS),
+                np.float32,
             ),
-            "loop_features": spaces.Box(
-                -FEATURE_BOUND, FEATURE_BOUND, (MAX_OPS, MAX_LOOPS, LOOP_FEATURES), np.float32
-            ),
-            "candidates": spaces.Box(0.0, 64.0, (MAX_LOOPS, N_TILE_CHOICES), np.float32),
             "kind_mask": spaces.MultiBinary(N_KINDS),
             "tile_mask": spaces.MultiBinary((MAX_LOOPS, N_TILE_CHOICES)),
             "parallel_tile_mask": spaces.MultiBinary((MAX_LOOPS, N_TILE_CHOICES)),
@@ -96,8 +99,10 @@ class MlirRlEnv(gym.Env):
             [N_KINDS, MAX_LOOPS] + [N_TILE_CHOICES] * MAX_LOOPS
         )
         self.observation_space = observation_space()
+        # the simulated environment steps the state; its (analytic) reward goes unused
         self._jax_env = JaxEnv(auto_reset=False)
         self._pool = jnp.arange(len(self.programs))
+        self._params = jax.jit(self._jax_env.reward.prepare)(None, self.table)
         self._step = jax.jit(self._jax_env.step)
         self._reset = jax.jit(self._jax_env.reset_to)
         self._measured: dict[tuple[str, str, int], Measurement] = {}
@@ -107,15 +112,18 @@ class MlirRlEnv(gym.Env):
         self.last_record: EpisodeRecord | None = None
 
     def _observation(self, timestep) -> dict:
-        obs = timestep.observation
+        obs = jax.tree.map(lambda a: np.asarray(a[0]), timestep.observation)  # batch of one
+        pad = MAX_OPS - obs.ops.shape[0]  # op tokens cover the table's op slots: pad to all
         return {
-            "op_features": np.asarray(obs.features.op_features),
-            "loop_features": np.asarray(obs.features.loop_features),
-            "candidates": np.asarray(obs.candidates),
-            "kind_mask": np.asarray(obs.mask.kind, np.int8),
-            "tile_mask": np.asarray(obs.mask.tile, np.int8),
-            "parallel_tile_mask": np.asarray(obs.mask.parallel_tile, np.int8),
-            "pointer_mask": np.asarray(obs.mask.pointer, np.int8),
+            "ops": np.pad(obs.ops, ((0, pad), (0, 0))),
+            "loops": obs.loops,
+            "op_valid": np.pad(obs.op_valid, (0, pad)).astype(np.int8),
+            "loop_valid": obs.loop_valid.astype(np.int8),
+            "candidates": obs.candidates,
+            "kind_mask": obs.mask.kind.astype(np.int8),
+            "tile_mask": obs.mask.tile.astype(np.int8),
+            "parallel_tile_mask": obs.mask.parallel_tile.astype(np.int8),
+            "pointer_mask": obs.mask.pointer.astype(np.int8),
             "cursor": int(max(int(obs.cursor), 0)),
         }
 
@@ -133,7 +141,9 @@ class MlirRlEnv(gym.Env):
         else:
             self._program_index = int(choice)
         key = jax.random.PRNGKey(int(self.np_random.integers(2**31)))
-        self._state, timestep = self._reset(self.table, jnp.int32(self._program_index), key)
+        self._state, timestep = self._reset(
+            self._params, self.table, jnp.array([self._program_index], jnp.int32), key[None]
+        )
         self._actions = []
         self.last_record = None
         return self._observation(timestep), {"program": self.program.name}
@@ -158,11 +168,13 @@ class MlirRlEnv(gym.Env):
         action = np.asarray(action, np.int32)
         if action.shape != self.action_space.shape:
             raise ValueError(f"action has shape {action.shape}; expected {self.action_space.shape}")
-        self._state, timestep = self._step(self.table, self._pool, self._state, jnp.asarray(action))
-        applied = np.asarray(timestep.applied_action)
+        self._state, timestep = self._step(
+            self._params, self.table, self._pool, self._state, jnp.asarray(action)[None]
+        )
+        applied = np.asarray(timestep.applied_action[0])
         self._actions.append(applied)
-        terminated = bool(timestep.done)
-        info = {"invalid_action": bool(timestep.invalid_action), "applied_action": applied}
+        terminated = bool(timestep.done[0])
+        info = {"invalid_action": bool(timestep.invalid_action[0]), "applied_action": applied}
         reward = 0.0
         if terminated:
             reward, record = self._finish()

@@ -1,14 +1,15 @@
-"""The pure-JAX environment: `reset` and `step` over `EnvState`, under jit, vmap and scan.
+"""The pure-JAX environment: batched `reset` and `step` over `EnvState`, under jit and scan.
 
-The reward comes from a function passed in, `log_time_fn(table, state) -> predicted log run
-time`: the analytic stand-in, or the surrogate cost model. The episode's return is the
-predicted log-speedup over the unscheduled program; with `shaping` it is paid as the per-step
-decrease of predicted log time (potential-based, so the optimal policy does not change).
+The environment steps a batch of episodes at once (`vmap` inside), each on its own program of
+a `ProgramTable`. The reward is a function passed in (`env/reward.py`): a cost model's pure
+log-time function over a parameter pytree that every call receives, paid as the terminal
+log-speedup or shaped per step. The reward runs on the whole batch, so a terminal reward asks
+the cost model only about the episodes that just ended. What the agent sees is the versioned
+`Observation` (`env/observation.py`), not the surrogate's features.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import jax
@@ -18,66 +19,60 @@ from flax import struct
 from mlirrl_jax.actions import (
     ACTION_WIDTH,
     DECOMPOSE,
+    ENDS_OP,
     INTERCHANGE,
     KIND_INDEX,
     MAX_LOOPS,
     MAX_OPS,
     MAX_STEPS_PER_OP,
     MAX_TILE_LEVELS,
+    MAY_FOLLOW,
     N_KINDS,
     N_TILE_CHOICES,
     NEXT,
+    PARALLEL_TILES,
+    PHASE_OF,
     POINTER_INDEX,
     TILE,
     TILE_FUSE,
     TILE_PARALLEL,
     TILES_INDEX,
+    TILES_OF,
+    USES_POINTER,
+    USES_TILES,
     VECTOR_BUDGET,
     VECTORIZE,
 )
-from mlirrl_jax.env.analytic import analytic_log_time
-from mlirrl_jax.env.features import Features, features
+from mlirrl_jax.env.observation import (
+    ActionMask,
+    Observation,
+    current_op,
+    observe,
+    placed_loops,
+)
+from mlirrl_jax.env.reward import Reward, RewardParams, TerminalReward
 from mlirrl_jax.env.state import EnvState, ProgramTable, initial_state
 
-LogTimeFn = Callable[[ProgramTable, EnvState], jax.Array]
-MAX_EPISODE_STEPS = MAX_OPS * MAX_STEPS_PER_OP
-
-
-@struct.dataclass
-class ActionMask:
-    """Legal choices of each head for the current op (the masks encode legality)."""
-
-    kind: jax.Array  # (N_KINDS,) bool
-    tile: jax.Array  # (MAX_LOOPS, N_TILE_CHOICES) bool, for `tile`
-    parallel_tile: jax.Array  # (MAX_LOOPS, N_TILE_CHOICES) bool, for tile_parallel/tile_fuse
-    pointer: jax.Array  # (MAX_LOOPS,) bool, for interchange
-
-
-@struct.dataclass
-class Observation:
-    features: Features
-    mask: ActionMask
-    candidates: jax.Array  # (MAX_LOOPS, N_TILE_CHOICES) float32, log2 of each choice's size
-    cursor: jax.Array  # () int32, the op being scheduled (-1 at the end)
+MAX_EPISODE_STEPS = MAX_OPS * MAX_STEPS_PER_OP  # the grammar ends every episode by then
 
 
 @struct.dataclass
 class TimeStep:
-    observation: Observation
+    """What a batched `step` returns per environment (arrays with a leading batch axis)."""
+
+    observation: Observation  # of the next state (a fresh episode's first, after auto-reset)
     reward: jax.Array  # () float32
-    done: jax.Array  # () bool: the episode ended with this step
+    discount: jax.Array  # () float32: 0 when the episode terminated with this step, else 1
+    done: jax.Array  # () bool: the episode ended with this step (terminated or truncated)
+    truncated: jax.Array  # () bool: cut at the step limit before its schedule was finished
     invalid_action: jax.Array  # () bool: the action broke a mask and was replaced
     applied_action: jax.Array  # (ACTION_WIDTH,) int32: the action as applied (after masks)
-    log_speedup: jax.Array  # () float32: predicted log-speedup of the schedule so far
-
-
-def _current(state: EnvState) -> jax.Array:
-    return jnp.maximum(state.cursor, 0)
+    log_speedup: jax.Array  # () float32: predicted log-speedup where the reward evaluated it
 
 
 def action_mask(table: ProgramTable, state: EnvState) -> ActionMask:
-    """Which choices of each head are legal for the current op."""
-    p, c = state.program, _current(state)
+    """Which choices of each head are legal for the current op (one state)."""
+    p, c = state.program, current_op(state)
     extents = state.extents[c]
     alive = state.alive[c]
     candidates = table.candidates[p, c]
@@ -88,37 +83,37 @@ def action_mask(table: ProgramTable, state: EnvState) -> ActionMask:
     tile = fits | none_column
     parallel_tile = (fits & ~reduction[:, None]) | none_column
     phase = state.phase[c]
+    grammar = jnp.asarray(MAY_FOLLOW)[phase]  # the step grammar (actions.GRAMMAR)
     in_interchange = state.ix_count > 0
     free = ~in_interchange & ~state.done
     fused = state.fused_into[c] >= 0
     has_producers = jnp.any(table.fusion_consumer[p] == c)
-    n_alive = alive.sum()
     window_out, window_in = table.window_out[p, c], table.window_in[p, c]
     is_window = window_out[0] >= 0
     unit = (window_out >= 0) & (extents[jnp.maximum(window_out, 0)] == 1)
     unit &= extents[jnp.maximum(window_in, 0)] == 1
     unit &= alive[jnp.maximum(window_out, 0)] & alive[jnp.maximum(window_in, 0)]
     vector_points = jnp.prod(jnp.where(alive, extents, 1))
-    parallel_ok = free & (phase < 1) & ~fused & jnp.any(fits & ~reduction[:, None])
-    kind = jnp.zeros(N_KINDS, bool)
-    kind = kind.at[NEXT].set(~in_interchange)
-    kind = kind.at[TILE_PARALLEL].set(parallel_ok)
-    kind = kind.at[TILE_FUSE].set(parallel_ok & has_producers)
-    kind = kind.at[INTERCHANGE].set(in_interchange | (free & (phase < 2) & (n_alive >= 2)))
-    kind = kind.at[TILE].set(
-        free & (phase <= 3) & (state.n_tiles[c] < MAX_TILE_LEVELS) & jnp.any(fits)
+    parallel_ok = free & ~fused & jnp.any(fits & ~reduction[:, None])
+    legal = jnp.zeros(N_KINDS, bool)
+    legal = legal.at[NEXT].set(~in_interchange)
+    legal = legal.at[TILE_PARALLEL].set(parallel_ok)
+    legal = legal.at[TILE_FUSE].set(parallel_ok & has_producers)
+    legal = legal.at[INTERCHANGE].set(in_interchange | (free & (alive.sum() >= 2)))
+    legal = legal.at[TILE].set(free & (state.n_tiles[c] < MAX_TILE_LEVELS) & jnp.any(fits))
+    legal = legal.at[DECOMPOSE].set(free & is_window & ~state.interchanged[c] & jnp.any(unit))
+    legal = legal.at[VECTORIZE].set(
+        free & (vector_points <= VECTOR_BUDGET) & (~is_window | state.decomposed[c])
     )
-    kind = kind.at[DECOMPOSE].set(
-        free & (phase < 4) & is_window & ~state.interchanged[c] & jnp.any(unit)
-    )
-    kind = kind.at[VECTORIZE].set(
-        free & (phase < 5) & (vector_points <= VECTOR_BUDGET) & (~is_window | state.decomposed[c])
-    )
-    placed = jnp.isin(
-        jnp.arange(MAX_LOOPS), jnp.where(jnp.arange(MAX_LOOPS) < state.ix_count, state.ix_order, -1)
-    )
-    pointer = alive & ~placed
-    return ActionMask(kind, tile, parallel_tile, pointer)
+    pointer = alive & ~placed_loops(state)
+    return ActionMask(legal & grammar, tile, parallel_tile, pointer)
+
+
+def tile_mask_of(mask: ActionMask, kind: jax.Array) -> jax.Array:
+    """(..., MAX_LOOPS, N_TILE_CHOICES) the tile mask `kind`'s tile heads read
+    (`actions.TILES_OF`), over any leading batch axes shared by `mask` and `kind`."""
+    parallel = (jnp.asarray(TILES_OF)[kind] == PARALLEL_TILES)[..., None, None]
+    return jnp.where(parallel, mask.parallel_tile, mask.tile)
 
 
 def sanitize(mask: ActionMask, action: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -129,22 +124,22 @@ def sanitize(mask: ActionMask, action: jax.Array) -> tuple[jax.Array, jax.Array]
     fallback = jnp.where(mask.kind[NEXT], NEXT, INTERCHANGE)
     kind = jnp.where(kind_ok, kind, fallback)
     tiles = action[TILES_INDEX:]
-    tile_mask = jnp.where(
-        (kind == TILE_PARALLEL) | (kind == TILE_FUSE), mask.parallel_tile, mask.tile
-    )
-    tiles_ok = jnp.take_along_axis(tile_mask, tiles[:, None], axis=1)[:, 0]
-    uses_tiles = (kind == TILE) | (kind == TILE_PARALLEL) | (kind == TILE_FUSE)
+    tiles_ok = jnp.take_along_axis(tile_mask_of(mask, kind), tiles[:, None], axis=1)[:, 0]
     tiles = jnp.where(tiles_ok, tiles, 0)
     pointer = action[POINTER_INDEX]
     pointer_ok = mask.pointer[pointer]
     pointer = jnp.where(pointer_ok, pointer, jnp.argmax(mask.pointer))
-    invalid = ~kind_ok | (uses_tiles & ~jnp.all(tiles_ok)) | ((kind == INTERCHANGE) & ~pointer_ok)
+    invalid = (
+        ~kind_ok
+        | (jnp.asarray(USES_TILES)[kind] & ~jnp.all(tiles_ok))
+        | (jnp.asarray(USES_POINTER)[kind] & ~pointer_ok)
+    )
     clean = jnp.concatenate([jnp.stack([kind, pointer]), tiles]).astype(jnp.int32)
     return clean, invalid
 
 
 def _sizes(table: ProgramTable, state: EnvState, tiles: jax.Array) -> jax.Array:
-    candidates = table.candidates[state.program, _current(state)]
+    candidates = table.candidates[state.program, current_op(state)]
     return jnp.take_along_axis(candidates, tiles[:, None], axis=1)[:, 0]
 
 
@@ -156,7 +151,6 @@ def _tile(state: EnvState, c, sizes) -> EnvState:
         tile_sizes=state.tile_sizes.at[c, level].set(sizes),
         extents=state.extents.at[c].set(extents),
         n_tiles=state.n_tiles.at[c].add(1),
-        phase=state.phase.at[c].set(3),
     )
 
 
@@ -184,7 +178,6 @@ def _parallel(table: ProgramTable, state: EnvState, c, sizes, fuse) -> EnvState:
         extents=extents,
         fused_into=fused_into,
         did_fuse=state.did_fuse.at[c].set(fuse),
-        phase=state.phase.at[c].set(1),
     )
 
 
@@ -199,7 +192,6 @@ def _interchange(state: EnvState, c, pointer) -> EnvState:
     return state.replace(
         order=jnp.where(complete, state.order.at[c].set(ix_order), state.order),
         interchanged=state.interchanged.at[c].set(state.interchanged[c] | complete),
-        phase=jnp.where(complete, state.phase.at[c].set(2), state.phase),
         ix_count=jnp.where(complete, 0, count),
         ix_order=jnp.where(complete, jnp.full(MAX_LOOPS, -1, jnp.int32), ix_order),
     )
@@ -221,7 +213,6 @@ def _decompose(table: ProgramTable, state: EnvState, c) -> EnvState:
         alive=state.alive.at[c].set(alive & ~gone),
         order=state.order.at[c].set(compact),
         decomposed=state.decomposed.at[c].set(True),
-        phase=state.phase.at[c].set(4),
     )
 
 
@@ -235,13 +226,13 @@ def _advance(state: EnvState, move) -> EnvState:
 def transition(
     table: ProgramTable, state: EnvState, action: jax.Array
 ) -> tuple[EnvState, jax.Array, jax.Array]:
-    """Apply one action (sanitized against the masks) to the current op.
+    """Apply one action (sanitized against the masks) to the current op of one state.
 
     Returns the new state, whether the action had to be sanitized, and the applied action.
     """
     clean, invalid = sanitize(action_mask(table, state), action)
     kind, pointer, tiles = clean[KIND_INDEX], clean[POINTER_INDEX], clean[TILES_INDEX:]
-    c = _current(state)
+    c = current_op(state)
     sizes = _sizes(table, state, tiles)
     branches = [
         lambda s: s,
@@ -250,39 +241,57 @@ def transition(
         lambda s: _interchange(s, c, pointer),
         lambda s: _tile(s, c, sizes),
         lambda s: _decompose(table, s, c),
-        lambda s: s.replace(vectorized=s.vectorized.at[c].set(True), phase=s.phase.at[c].set(5)),
+        lambda s: s.replace(vectorized=s.vectorized.at[c].set(True)),
     ]
     active = ~state.done
     new = jax.lax.switch(kind, branches, state)
-    new = new.replace(steps=state.steps + 1, steps_in_op=state.steps_in_op + 1)
-    # vectorization ends an op's grammar: move on without spending a `next` step
-    new = _advance(new, (kind == NEXT) | (kind == VECTORIZE))
+    # the kind moves the op to its grammar phase (an interchange once all loops are placed)
+    moved = (kind != NEXT) & ((kind != INTERCHANGE) | new.interchanged[c])
+    new = new.replace(
+        phase=jnp.where(moved, new.phase.at[c].set(jnp.asarray(PHASE_OF)[kind]), new.phase),
+        steps=state.steps + 1,
+        steps_in_op=state.steps_in_op + 1,
+    )
+    new = _advance(new, jnp.asarray(ENDS_OP)[kind])
     new = jax.tree.map(lambda a, b: jnp.where(active, a, b), new, state)
     return new, invalid & active, clean
 
 
+def _select(flag: jax.Array, on_true, on_false):
+    """Per batch row: `on_true` where `flag`, else `on_false` (matching pytrees)."""
+    return jax.tree.map(
+        lambda a, b: jnp.where(flag.reshape(flag.shape + (1,) * (a.ndim - 1)), a, b),
+        on_true,
+        on_false,
+    )
+
+
 @dataclass(frozen=True)
 class JaxEnv:
-    """Schedules programs of a table; pure `reset`/`step` functions of (table, state, ...)."""
+    """Schedules programs of a table; pure batched `reset`/`step` functions.
 
-    log_time_fn: LogTimeFn = field(default=analytic_log_time)
-    shaping: bool = False  # pay per-step decreases of predicted log time
+    Every function takes the reward's parameters (`reward.prepare(model_params, table)`)
+    as an argument and a batch of states with a leading axis B.
+    """
+
+    reward: Reward = field(default_factory=TerminalReward)
+    max_steps: int = MAX_EPISODE_STEPS  # an episode cut here is truncated (never, by default)
     auto_reset: bool = True  # a finished episode restarts on a random program of the pool
 
-    def observe(self, table: ProgramTable, state: EnvState) -> Observation:
-        candidates = table.candidates[state.program, _current(state)]
-        log_candidates = jnp.where(candidates > 0, jnp.log2(jnp.maximum(candidates, 1)) + 1.0, 0.0)
-        return Observation(
-            features(table, state),
-            action_mask(table, state),
-            log_candidates.astype(jnp.float32),
-            state.cursor,
-        )
+    def observe(self, table: ProgramTable, states: EnvState) -> Observation:
+        """Observations of a batch of states."""
+
+        def one(state):
+            return observe(table, state, action_mask(table, state), self.max_steps)
+
+        return jax.vmap(one)(states)
 
     def observation_spec(self, table: ProgramTable) -> Observation:
-        """Shapes and dtypes of every observation array (jax.ShapeDtypeStruct leaves)."""
+        """Shapes and dtypes of one environment's observation (jax.ShapeDtypeStruct leaves)."""
         state = jax.eval_shape(lambda: initial_state(table, jnp.int32(0), jax.random.PRNGKey(0)))
-        return jax.eval_shape(self.observe, table, state)
+        return jax.eval_shape(
+            lambda s: observe(table, s, action_mask(table, s), self.max_steps), state
+        )
 
     @staticmethod
     def action_spec() -> dict:
@@ -294,58 +303,83 @@ class JaxEnv:
             "tiles": (MAX_LOOPS, N_TILE_CHOICES),
         }
 
-    def reset_to(
-        self, table: ProgramTable, program: jax.Array, key: jax.Array
-    ) -> tuple[EnvState, TimeStep]:
-        """Start an episode on a given program row."""
-        state = initial_state(table, program, key)
-        log_time = self.log_time_fn(table, state).astype(jnp.float32)
-        state = state.replace(base_log_time=log_time, log_time=log_time)
-        return state, TimeStep(
-            self.observe(table, state),
-            jnp.float32(0.0),
-            jnp.bool_(False),
-            jnp.bool_(False),
-            jnp.zeros(ACTION_WIDTH, jnp.int32),
-            jnp.float32(0.0),
+    def initial(
+        self, params: RewardParams, table: ProgramTable, programs: jax.Array, keys: jax.Array
+    ) -> EnvState:
+        """(B,) states before any action on `programs`, with their predicted baselines."""
+        states = jax.vmap(lambda p, k: initial_state(table, p, k))(programs, keys)
+        base = params.base_log_time[states.program]
+        return states.replace(base_log_time=base, log_time=base)
+
+    def _timestep(self, table, states, **fields) -> TimeStep:
+        rows = states.program.shape[0]
+        zeros = jnp.zeros(rows, jnp.float32)
+        defaults = dict(
+            reward=zeros,
+            discount=jnp.ones(rows, jnp.float32),
+            done=jnp.zeros(rows, bool),
+            truncated=jnp.zeros(rows, bool),
+            invalid_action=jnp.zeros(rows, bool),
+            applied_action=jnp.zeros((rows, ACTION_WIDTH), jnp.int32),
+            log_speedup=zeros,
         )
+        return TimeStep(self.observe(table, states), **{**defaults, **fields})
+
+    def reset_to(
+        self, params: RewardParams, table: ProgramTable, programs: jax.Array, keys: jax.Array
+    ) -> tuple[EnvState, TimeStep]:
+        """Start episodes on given program rows (B,), with (B,) keys."""
+        states = self.initial(params, table, jnp.asarray(programs, jnp.int32), keys)
+        return states, self._timestep(table, states)
+
+    def _draw(self, keys: jax.Array, pool: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """Per key: a key for the episode and a program drawn from `pool` (program rows)."""
+
+        def one(key):
+            key, pick = jax.random.split(key)
+            return key, pool[jax.random.randint(pick, (), 0, pool.shape[0])]
+
+        return jax.vmap(one)(keys)
 
     def reset(
-        self, key: jax.Array, table: ProgramTable, pool: jax.Array
+        self, params: RewardParams, keys: jax.Array, table: ProgramTable, pool: jax.Array
     ) -> tuple[EnvState, TimeStep]:
-        """Start an episode on a program drawn from `pool` (program rows)."""
-        key, pick = jax.random.split(key)
-        program = pool[jax.random.randint(pick, (), 0, pool.shape[0])]
-        return self.reset_to(table, program, key)
+        """Start (B,) episodes, one per key, on programs drawn from `pool` (program rows)."""
+        keys, programs = self._draw(keys, pool)
+        return self.reset_to(params, table, programs, keys)
 
     def step(
-        self, table: ProgramTable, pool: jax.Array, state: EnvState, action: jax.Array
+        self,
+        params: RewardParams,
+        table: ProgramTable,
+        pool: jax.Array,
+        states: EnvState,
+        actions: jax.Array,
     ) -> tuple[EnvState, TimeStep]:
-        """One action; the reward is the (shaped or terminal) predicted log-speedup."""
-        new, invalid, applied = transition(table, state, action)
-        log_time = self.log_time_fn(table, new).astype(jnp.float32)
+        """One action per environment (B, ACTION_WIDTH); rewards from `self.reward`."""
+        new, invalid, applied = jax.vmap(lambda s, a: transition(table, s, a))(states, actions)
+        reward, log_time = self.reward(params, table, states, applied, new)
         new = new.replace(log_time=log_time)
-        done = new.done & ~state.done
-        if self.shaping:
-            reward = state.log_time - log_time
-        else:
-            reward = jnp.where(done, new.base_log_time - log_time, 0.0)
-        timestep = TimeStep(
-            self.observe(table, new),
-            reward.astype(jnp.float32),
-            done,
-            invalid,
-            applied,
-            (new.base_log_time - log_time).astype(jnp.float32),
-        )
+        terminated = new.done & ~states.done
+        truncated = ~new.done & (new.steps >= self.max_steps)
+        done = terminated | truncated
+        if self.max_steps < MAX_EPISODE_STEPS:  # a cut episode ends here: nothing more to do
+            new = new.replace(cursor=jnp.where(truncated, -1, new.cursor))
+        log_speedup = jnp.where(terminated, new.base_log_time - log_time, 0.0)
         if self.auto_reset:
-            fresh, fresh_step = self.reset(new.key, table, pool)
-            new = jax.tree.map(lambda a, b: jnp.where(done, a, b), fresh, new)
-            observation = jax.tree.map(
-                lambda a, b: jnp.where(done, a, b), fresh_step.observation, timestep.observation
-            )
-            timestep = timestep.replace(observation=observation)
-        return new, timestep
+            keys, programs = self._draw(new.key, pool)
+            new = _select(done, self.initial(params, table, programs, keys), new)
+        return new, self._timestep(
+            table,
+            new,
+            reward=reward.astype(jnp.float32),
+            discount=jnp.where(terminated, 0.0, 1.0).astype(jnp.float32),
+            done=done,
+            truncated=truncated,
+            invalid_action=invalid,
+            applied_action=applied,
+            log_speedup=log_speedup.astype(jnp.float32),
+        )
 
 
 def sample_action(key: jax.Array, mask: ActionMask, next_weight: float = 1.0) -> jax.Array:
@@ -354,8 +388,7 @@ def sample_action(key: jax.Array, mask: ActionMask, next_weight: float = 1.0) ->
     kind_key, tile_key, pointer_key = jax.random.split(key, 3)
     kind_logits = jnp.zeros(N_KINDS).at[NEXT].set(jnp.log(next_weight))
     kind = jax.random.categorical(kind_key, jnp.where(mask.kind, kind_logits, -1e9))
-    parallel = (kind == TILE_PARALLEL) | (kind == TILE_FUSE)
-    tile_mask = jnp.where(parallel, mask.parallel_tile, mask.tile)
+    tile_mask = tile_mask_of(mask, kind)
     tiles = jax.random.categorical(tile_key, jnp.where(tile_mask, 0.0, -1e9), axis=-1)
     pointer = jax.random.categorical(pointer_key, jnp.where(mask.pointer, 0.0, -1e9))
     return jnp.concatenate([jnp.stack([kind, pointer]), tiles]).astype(jnp.int32)

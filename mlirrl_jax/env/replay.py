@@ -14,12 +14,15 @@ import numpy as np
 
 from mlirrl_jax.actions import (
     DECOMPOSE,
+    ENDS_OP,
     INTERCHANGE,
     KIND_INDEX,
+    KIND_NAMES,
     MAX_LOOPS,
     MAX_OPS,
     MAX_TILE_LEVELS,
     NEXT,
+    PHASE_OF,
     POINTER_INDEX,
     TILE,
     TILE_FUSE,
@@ -29,7 +32,7 @@ from mlirrl_jax.actions import (
     encode_action,
     tile_candidates,
 )
-from mlirrl_jax.env.state import CONTENT_FIELDS
+from mlirrl_jax.env.state import CONTENT_FIELDS, EnvState
 from mlirrl_jax.programs.ir import Program
 from mlirrl_jax.schedule import Schedule, ScheduleError, Transform
 from mlirrl_jax.transform import window_loops
@@ -89,6 +92,22 @@ class HostState:
         values["cursor"] = int(values["cursor"])
         return cls(**values)
 
+    def to_env_state(self, program_index: int) -> EnvState:
+        """The EnvState (NumPy leaves, no batch axis) of this schedule on table row
+        `program_index`; no interchange in progress, no predicted times."""
+        values = {name: np.asarray(getattr(self, name)) for name in SCHEDULE_FIELDS}
+        return EnvState(
+            key=np.zeros(2, np.uint32),
+            program=np.int32(program_index),
+            steps=np.int32(0),
+            steps_in_op=np.int32(0),
+            ix_count=np.int32(0),
+            ix_order=np.full(MAX_LOOPS, -1, np.int32),
+            base_log_time=np.float32(0.0),
+            log_time=np.float32(0.0),
+            **{**values, "cursor": np.int32(self.cursor)},
+        )
+
     def differences(self, other: HostState, fields: tuple[str, ...] = SCHEDULE_FIELDS) -> list[str]:
         return [n for n in fields if not np.array_equal(getattr(self, n), getattr(other, n))]
 
@@ -100,6 +119,50 @@ def _sizes(program: Program, op_id: int, tiles) -> np.ndarray:
     return sizes
 
 
+def _apply(
+    program: Program, state: HostState, kind: int, sizes=None, order: list[int] | None = None
+) -> None:
+    """One transformation of the current op (`state.cursor`): `sizes` per loop for tiling
+    kinds, the complete loop `order` for an interchange; then the grammar's phase and cursor
+    moves (`actions.GRAMMAR`)."""
+    c = state.cursor
+    if kind in (TILE_PARALLEL, TILE_FUSE):
+        state.parallel_sizes[c] = sizes
+        state.extents[c] = np.where(sizes > 0, sizes, state.extents[c])
+        fuse = kind == TILE_FUSE and bool(sizes.any())
+        state.did_fuse[c] = fuse
+        if fuse:
+            for producer in program.fusion_closure(c):
+                loop_map = program.fusion_loop_map(producer)
+                consumer = program.consumers(producer)[0]
+                for j, m in enumerate(loop_map):
+                    if m >= 0:
+                        state.extents[producer, j] = state.extents[consumer, m]
+                state.fused_into[producer] = c
+    elif kind == INTERCHANGE and order is not None:
+        state.order[c] = list(order) + [-1] * (MAX_LOOPS - len(order))
+        state.interchanged[c] = True
+    elif kind == TILE:
+        state.tile_sizes[c, int(state.tile_sizes[c].any(axis=1).sum())] = sizes
+        state.extents[c] = np.where(sizes > 0, sizes, state.extents[c])
+        state.n_tiles[c] += 1
+    elif kind == DECOMPOSE:
+        for out_loop, window_loop in window_loops(program.ops[c]):
+            if state.extents[c, out_loop] == 1 and state.extents[c, window_loop] == 1:
+                break
+        state.alive[c, [out_loop, window_loop]] = False
+        kept = [j for j in state.order[c] if j >= 0 and j not in (out_loop, window_loop)]
+        state.order[c] = kept + [-1] * (MAX_LOOPS - len(kept))
+        state.decomposed[c] = True
+    elif kind == VECTORIZE:
+        state.vectorized[c] = True
+    # the kind moves the op to its grammar phase (an interchange once all loops are placed)
+    if kind != NEXT and (kind != INTERCHANGE or state.interchanged[c]):
+        state.phase[c] = PHASE_OF[kind]
+    if ENDS_OP[kind]:
+        state.cursor -= 1
+
+
 def replay(program: Program, actions) -> tuple[Schedule, HostState]:
     """Apply applied (legal) actions in Python; the Schedule and the state they reach."""
     state = HostState.initial(program)
@@ -108,50 +171,39 @@ def replay(program: Program, actions) -> tuple[Schedule, HostState]:
         if state.cursor < 0:
             break
         kind, c = int(action[KIND_INDEX]), state.cursor
-        sizes = _sizes(program, c, action[TILES_INDEX:])
-        if kind in (TILE_PARALLEL, TILE_FUSE):
-            state.parallel_sizes[c] = sizes
-            state.extents[c] = np.where(sizes > 0, sizes, state.extents[c])
-            fuse = kind == TILE_FUSE and bool(sizes.any())
-            state.did_fuse[c] = fuse
-            if fuse:
-                for producer in program.fusion_closure(c):
-                    loop_map = program.fusion_loop_map(producer)
-                    consumer = program.consumers(producer)[0]
-                    for j, m in enumerate(loop_map):
-                        if m >= 0:
-                            state.extents[producer, j] = state.extents[consumer, m]
-                    state.fused_into[producer] = c
-            state.phase[c] = 1
-        elif kind == INTERCHANGE:
+        order = None
+        if kind == INTERCHANGE:  # one level per step; the last loop completes the order
             ix_order.append(int(action[POINTER_INDEX]))
             alive = [j for j in range(MAX_LOOPS) if state.alive[c, j]]
             if len(ix_order) >= len(alive) - 1:
-                ix_order += [j for j in alive if j not in ix_order]
-                state.order[c] = ix_order + [-1] * (MAX_LOOPS - len(ix_order))
-                state.interchanged[c] = True
-                state.phase[c] = 2
+                order = ix_order + [j for j in alive if j not in ix_order]
                 ix_order = []
-        elif kind == TILE:
-            state.tile_sizes[c, int(state.tile_sizes[c].any(axis=1).sum())] = sizes
-            state.extents[c] = np.where(sizes > 0, sizes, state.extents[c])
-            state.n_tiles[c] += 1
-            state.phase[c] = 3
-        elif kind == DECOMPOSE:
-            for out_loop, window_loop in window_loops(program.ops[c]):
-                if state.extents[c, out_loop] == 1 and state.extents[c, window_loop] == 1:
-                    break
-            state.alive[c, [out_loop, window_loop]] = False
-            kept = [j for j in state.order[c] if j >= 0 and j not in (out_loop, window_loop)]
-            state.order[c] = kept + [-1] * (MAX_LOOPS - len(kept))
-            state.decomposed[c] = True
-            state.phase[c] = 4
-        elif kind == VECTORIZE:
-            state.vectorized[c] = True
-            state.phase[c] = 5
-        if kind in (NEXT, VECTORIZE):
-            state.cursor -= 1
+        _apply(program, state, kind, _sizes(program, c, action[TILES_INDEX:]), order)
     return schedule_of(program, state), state
+
+
+KIND_OF_TRANSFORM = {name: kind for kind, name in enumerate(KIND_NAMES) if kind != NEXT}
+
+
+def state_of_schedule(program: Program, schedule: Schedule) -> HostState:
+    """The finished state a whole Schedule describes, any tile sizes included (not only the
+    action space's candidates): what a cost model reads to score, say, the heuristic's
+    schedule. A tile as large as its loop tiles nothing and is recorded as 0."""
+    state = HostState.initial(program)
+    for op in reversed(program.ops):
+        assert state.cursor == op.id  # the episode's op order: consumers first
+        transforms = schedule.transforms_of(op.id)
+        for t in transforms:
+            kind = KIND_OF_TRANSFORM[t.kind]
+            sizes = None
+            if t.sizes:
+                sizes = np.zeros(MAX_LOOPS, np.int32)
+                sizes[: len(t.sizes)] = t.sizes
+                sizes = np.where(sizes < state.extents[op.id], sizes, 0).astype(np.int32)
+            _apply(program, state, kind, sizes, list(t.permutation) if t.permutation else None)
+        if not transforms or not ENDS_OP[KIND_OF_TRANSFORM[transforms[-1].kind]]:
+            _apply(program, state, NEXT)
+    return state
 
 
 def schedule_of(program: Program, state: HostState) -> Schedule:

@@ -143,7 +143,7 @@ def encode_programs(programs: list[Program]) -> ProgramTable:
         **{k: jnp.asarray(np.stack([r[k] for r in rows])) for k in rows[0]},
         op_slots=max(len(p.ops) for p in programs),
     )
-    static_op, static_loop = static_features(table)
+    static_op, static_loop = jax.jit(static_features)(table)  # one compile, not one per op
     return table.replace(static_op=static_op, static_loop=static_loop)
 
 

@@ -1,0 +1,104 @@
+"""A trained agent: `Agent.load(run_dir)`, then `agent.schedules(programs, n, greedy)`.
+
+Schedules come from whole episodes in the jitted environment, turned into `Schedule`s by the
+Python `replay` of their applied actions, so what the agent returns is exactly what the real
+pipeline compiles. With `n > 1` the agent samples episodes and returns the n best distinct
+schedules, ranked by the surrogate's prediction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from mlirrl_jax.agent import checkpoint
+from mlirrl_jax.agent.evaluate import Evaluator
+from mlirrl_jax.agent.networks import build
+from mlirrl_jax.agent.surrogate import Surrogate, load_surrogate
+from mlirrl_jax.agent.train import AgentConfig, make_env
+from mlirrl_jax.env.replay import replay
+from mlirrl_jax.programs.ir import Program, load_program
+from mlirrl_jax.schedule import Schedule
+
+SAMPLES_PER_SCHEDULE = 8  # sampled episodes per schedule asked for, before removing repeats
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A schedule with the surrogate's predicted speedup over the unscheduled program."""
+
+    schedule: Schedule
+    predicted_speedup: float
+
+
+class Agent:
+    """A policy network with the reward model it was trained against."""
+
+    def __init__(self, config: AgentConfig, params, surrogate: Surrogate, meta: dict | None = None):
+        self.config = config
+        self.params = params
+        self.surrogate = surrogate
+        self.meta = meta or {}
+        self.graphdef, _ = build(config.network, config.seed)
+        self.env = make_env(config, surrogate.model)
+
+    @classmethod
+    def load(cls, run_dir: str | Path, surrogate: Surrogate | None = None) -> Agent:
+        """The agent of a training run's newest checkpoint, with the surrogate it recorded
+        (or `surrogate`); refuses a checkpoint of another observation version."""
+        run_dir = Path(run_dir)
+        meta = checkpoint.load_meta(run_dir)
+        config = AgentConfig.from_json(meta["config"])
+        surrogate = surrogate or load_surrogate(meta["surrogate"].get("path", config.surrogate))
+        _, like = build(config.network, config.seed)
+        params = checkpoint.restore_params(run_dir, like)
+        return cls(config, params, surrogate, meta)
+
+    def scored_schedules(
+        self,
+        programs: list[Program | str],
+        n: int = 1,
+        greedy: bool = True,
+        seed: int = 0,
+    ) -> list[list[Scored]]:
+        """Per program, up to `n` distinct schedules with their predicted speedups, best
+        first: the greedy one (if `greedy`) and sampled ones, ranked by the surrogate."""
+        if n < 1:
+            raise ValueError(f"n must be at least 1, got {n}")
+        programs = [p if isinstance(p, Program) else load_program(p) for p in programs]
+        evaluator = Evaluator(self.env, programs, self.graphdef)
+        reward_params = evaluator.prepare(self.surrogate.params)
+        rows = np.arange(len(programs), dtype=np.int32)
+        found: list[dict[str, Scored]] = [{} for _ in programs]
+        runs = []
+        if greedy:
+            runs.append(
+                evaluator.episodes(self.params, reward_params, rows, jax.random.PRNGKey(seed), True)
+            )
+        if n > 1 or not greedy:
+            repeated = np.tile(rows, SAMPLES_PER_SCHEDULE * n)
+            key = jax.random.PRNGKey(seed + 1)
+            runs.append(evaluator.episodes(self.params, reward_params, repeated, key, False))
+        for episodes in runs:
+            actions, steps = np.asarray(episodes.actions), np.asarray(episodes.steps)
+            speedups = np.exp(np.asarray(episodes.log_speedup))
+            for i, row in enumerate(np.asarray(episodes.states.program)):
+                schedule, _ = replay(programs[row], actions[i, : steps[i]])
+                found[row].setdefault(schedule.hash, Scored(schedule, float(speedups[i])))
+        return [
+            sorted(choices.values(), key=lambda s: -s.predicted_speedup)[:n] for choices in found
+        ]
+
+    def schedules(
+        self, program_or_programs, n: int = 1, greedy: bool = True, seed: int = 0
+    ) -> list[Schedule] | list[list[Schedule]]:
+        """The agent's schedules of one program (a list of up to `n`) or of a list of programs
+        (a list of such lists). `greedy` with n = 1: the most likely schedule."""
+        single = isinstance(program_or_programs, Program | str)
+        programs = [program_or_programs] if single else list(program_or_programs)
+        chosen = self.scored_schedules(programs, n, greedy, seed)
+        out = [[s.schedule for s in per_program] for per_program in chosen]
+        return out[0] if single else out

@@ -1,0 +1,133 @@
+"""The agent judged by the reward model on programs: its greedy schedules against the
+heuristic schedule and the best of k random masked schedules, all scored by the same model.
+
+`Evaluator` holds one table of programs (the test split, say) and jitted episode runners;
+every figure is a predicted log-speedup over the unscheduled program, one per program.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from mlirrl_jax.agent.networks import act
+from mlirrl_jax.agent.rollout import Episodes, random_policy, run_episodes
+from mlirrl_jax.env.jax_env import JaxEnv
+from mlirrl_jax.env.replay import state_of_schedule
+from mlirrl_jax.env.reward import RewardParams
+from mlirrl_jax.env.state import ProgramTable, encode_programs
+from mlirrl_jax.heuristics import heuristic_schedule
+from mlirrl_jax.programs.ir import Program
+
+PREDICT_CHUNK = 256
+RANDOM_ROWS_PER_CALL = 4096  # random episodes run together when scoring random search
+
+
+def geomean(log_speedups) -> float:
+    """The geometric-mean speedup of per-program log-speedups."""
+    return float(np.exp(np.mean(np.asarray(log_speedups, np.float64))))
+
+
+def greedy_policy(graphdef, params):
+    return lambda observation, key: act(graphdef, params, observation, key, greedy=True)[0]
+
+
+def sampling_policy(graphdef, params):
+    return lambda observation, key: act(graphdef, params, observation, key)[0]
+
+
+@dataclass
+class Evaluator:
+    """Episodes and scores on a fixed list of programs, under one environment's reward."""
+
+    env: JaxEnv  # its reward scores the schedules; auto-reset is turned off here
+    programs: list[Program]
+    graphdef: object
+    table: ProgramTable | None = None
+    _jitted: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        self.env = replace(self.env, auto_reset=False)
+        if self.table is None:
+            self.table = encode_programs(self.programs)
+
+    @property
+    def rows(self) -> jnp.ndarray:
+        return jnp.arange(len(self.programs), dtype=jnp.int32)
+
+    def prepare(self, model_params) -> RewardParams:
+        """The reward's parameters on this table (jitted)."""
+        if "prepare" not in self._jitted:
+            self._jitted["prepare"] = jax.jit(self.env.reward.prepare)
+        return self._jitted["prepare"](model_params, self.table)
+
+    def episodes(self, params, reward_params, programs, key, greedy: bool) -> Episodes:
+        """The agent's episodes on table rows `programs` (greedy or sampled)."""
+        name = "greedy" if greedy else "sampled"
+        if name not in self._jitted:
+            make = greedy_policy if greedy else sampling_policy
+
+            def run(params, reward_params, programs, key):
+                return run_episodes(
+                    self.env, make(self.graphdef, params), reward_params, self.table, programs, key
+                )
+
+            self._jitted[name] = jax.jit(run)
+        return self._jitted[name](params, reward_params, jnp.asarray(programs, jnp.int32), key)
+
+    def greedy(self, params, reward_params) -> np.ndarray:
+        """(P,) the greedy agent's predicted log-speedup on every program."""
+        episodes = self.episodes(params, reward_params, self.rows, jax.random.PRNGKey(0), True)
+        return np.asarray(episodes.log_speedup)
+
+    def random_best(self, reward_params, schedules: int, key: jax.Array) -> np.ndarray:
+        """(P,) the best predicted log-speedup of `schedules` random masked episodes of every
+        program (uniform over the legal choices), several draws per jitted call."""
+        if "random" not in self._jitted:
+
+            def run(reward_params, programs, key):
+                return run_episodes(
+                    self.env, random_policy(), reward_params, self.table, programs, key
+                ).log_speedup
+
+            self._jitted["random"] = jax.jit(run)
+        count = len(self.programs)
+        per_call = max(1, min(schedules, RANDOM_ROWS_PER_CALL // count))
+        rows = jnp.tile(self.rows, per_call)
+        best = np.full(count, -np.inf)
+        for call in range(-(-schedules // per_call)):
+            found = self._jitted["random"](reward_params, rows, jax.random.fold_in(key, call))
+            draws = np.asarray(found).reshape(per_call, count)
+            draws = draws[: schedules - call * per_call]  # the last call: only the draws asked
+            best = np.maximum(best, draws.max(axis=0))
+        return best
+
+    def heuristic(self, reward_params) -> np.ndarray:
+        """(P,) the predicted log-speedup of the heuristic schedule of every program (its
+        tile sizes need not be among the action space's candidates)."""
+        states = [
+            state_of_schedule(p, heuristic_schedule(p)).to_env_state(i)
+            for i, p in enumerate(self.programs)
+        ]
+        return self.score_states(reward_params, states)
+
+    def score_states(self, reward_params, states: list) -> np.ndarray:
+        """(N,) predicted log-speedups of finished states (`HostState.to_env_state` rows)."""
+        if "score" not in self._jitted:
+            model = self.env.reward.model
+
+            def score(reward_params, batch):
+                log_time = model.log_time(reward_params.context, self.table, batch)
+                return reward_params.base_log_time[batch.program] - log_time
+
+            self._jitted["score"] = jax.jit(score)
+        out = []
+        for start in range(0, len(states), PREDICT_CHUNK):
+            part = states[start : start + PREDICT_CHUNK]
+            padded = part + [part[-1]] * (PREDICT_CHUNK - len(part))  # one compiled shape
+            batch = jax.tree.map(lambda *rows: np.stack(rows), *padded)
+            out.append(np.asarray(self._jitted["score"](reward_params, batch))[: len(part)])
+        return np.concatenate(out)

@@ -1,0 +1,50 @@
+"""The reward model an agent trains against, by name: the shipped surrogate, a saved one, or
+the analytic stand-in. The one place the agent reaches into `cost_model` (lazily): the rest of
+the agent sees only a `LogTimeModel` and its parameter pytree."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mlirrl_jax.env.reward import AnalyticLogTime, LogTimeModel
+
+SHIPPED_SURROGATE = Path(__file__).resolve().parents[2] / "data" / "cost_model"
+ANALYTIC = "analytic"
+# the suites the shipped surrogates were fitted on, for a checkpoint that does not say
+DEFAULT_SUITES = ("dl-v0", "shapes-v0", "shapes-v1", "shapes-v2")
+
+
+@dataclass(frozen=True)
+class Surrogate:
+    """A reward model: pure functions, their parameters, and what names them."""
+
+    model: LogTimeModel
+    params: Any
+    identity: dict
+    suites: tuple[str, ...]  # the suites whose train split it was fitted on
+    path: str = ""
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def machine_id(self) -> str:
+        return self.identity.get("machine_id", "")
+
+
+def load_surrogate(spec: str = "") -> Surrogate:
+    """`spec`: "" (the shipped surrogate), "analytic", or a saved cost model's folder."""
+    if spec == ANALYTIC:
+        return Surrogate(AnalyticLogTime(), (), {"kind": ANALYTIC}, ("dl-v0",), ANALYTIC)
+    from cost_model.api import CostModel
+
+    path = Path(spec) if spec else SHIPPED_SURROGATE
+    model = CostModel.load(path)
+    return Surrogate(
+        model=model.log_time_model,
+        params=model.params,
+        identity={"kind": "surrogate", "path": str(path.resolve()), **model.identity},
+        suites=tuple(model.meta.get("suites") or DEFAULT_SUITES),
+        path=str(path.resolve()),
+        meta=model.meta,
+    )

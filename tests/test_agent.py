@@ -1,0 +1,300 @@
+"""The PPO agent: GAE, masked heads, per-kind log-probabilities, learning, resuming, loading."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from mlirrl_jax.actions import (
+    INTERCHANGE,
+    MAX_LOOPS,
+    N_TILE_CHOICES,
+    NEXT,
+    TILE,
+    TILE_PARALLEL,
+    USES_POINTER,
+    USES_TILES,
+)
+from mlirrl_jax.agent import checkpoint
+from mlirrl_jax.agent.agent import Agent
+from mlirrl_jax.agent.losses import compute_gae
+from mlirrl_jax.agent.networks import NetworkConfig, act, build, distribution, log_prob_entropy
+from mlirrl_jax.agent.train import AgentConfig, make_train
+from mlirrl_jax.cli import main
+from mlirrl_jax.env.jax_env import JaxEnv, sample_action, tile_mask_of
+from mlirrl_jax.env.reward import AnalyticLogTime
+from mlirrl_jax.env.state import encode_programs
+from mlirrl_jax.schedule import Schedule
+from mlirrl_jax.splits import TRAIN
+
+SMALL = AgentConfig(envs=32, steps=8, epochs=2, minibatches=2, devices=1, surrogate="analytic")
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def programs(kernel_programs):
+    return kernel_programs
+
+
+@pytest.fixture(scope="module")
+def table(kernel_table):
+    return kernel_table
+
+
+def test_gae_matches_a_plain_python_loop():
+    rng = np.random.default_rng(0)
+    steps, envs, gamma, lam = 12, 5, 0.97, 0.9
+    rewards = rng.normal(size=(steps, envs)).astype(np.float32)
+    values = rng.normal(size=(steps, envs)).astype(np.float32)
+    terminated = rng.random((steps, envs)) < 0.2
+    truncated = (rng.random((steps, envs)) < 0.1) & ~terminated
+    bootstrap = rng.normal(size=envs).astype(np.float32)
+    expected = np.zeros((steps, envs))
+    for e in range(envs):
+        following = 0.0
+        for t in reversed(range(steps)):
+            if truncated[t, e]:  # a cut step teaches nothing and stops the estimate
+                following = 0.0
+                continue
+            next_value = bootstrap[e] if t == steps - 1 else values[t + 1, e]
+            alive = 0.0 if terminated[t, e] else 1.0
+            delta = rewards[t, e] + gamma * alive * next_value - values[t, e]
+            following = delta + gamma * lam * alive * following
+            expected[t, e] = following
+    advantages, targets = compute_gae(
+        jnp.asarray(rewards),
+        jnp.asarray(values),
+        jnp.asarray(np.where(terminated, 0.0, 1.0), jnp.float32),
+        jnp.asarray(truncated),
+        jnp.asarray(bootstrap),
+        gamma,
+        lam,
+    )
+    assert np.allclose(advantages, expected, atol=1e-5)
+    assert np.allclose(targets, expected + values, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def observations(table):
+    """Observations of 384 states that random masked episodes reach (every kind of op)."""
+    env = JaxEnv()
+    params = env.reward.prepare(None, table)
+    pool = jnp.arange(table.n_programs)
+    count = 32
+
+    @jax.jit
+    def collect(key):
+        states, timestep = env.reset(params, jax.random.split(key, count), table, pool)
+
+        def body(carry, step_key):
+            states, timestep = carry
+            actions = jax.vmap(lambda k, m: sample_action(k, m, 0.3))(
+                jax.random.split(step_key, count), timestep.observation.mask
+            )
+            states, timestep = env.step(params, table, pool, states, actions)
+            return (states, timestep), timestep.observation
+
+        return jax.lax.scan(body, (states, timestep), jax.random.split(key, 12))[1]
+
+    stacked = collect(jax.random.PRNGKey(3))  # (12, count)
+    return jax.tree.map(lambda a: a.reshape(-1, *a.shape[2:]), stacked)
+
+
+@jax.jit
+def _distribution(params, observations, kind):
+    network = nnx.merge(GRAPHDEF, params)
+    return distribution(network, network.encode(observations), observations, kind)
+
+
+GRAPHDEF = build(NetworkConfig())[0]
+
+
+def test_masked_choices_have_probability_zero_and_are_never_sampled(observations):
+    graphdef, params = build(NetworkConfig(), seed=1)
+    # large weights: sharp logits, so that masking (not small logits) keeps choices out
+    params = jax.tree.map(lambda a: a * 8.0, params)
+    sample = jax.jit(lambda key: act(graphdef, params, observations, key)[0])
+    mask = observations.mask
+    seen_kinds = set()
+    for draw in range(10):
+        actions = np.asarray(sample(jax.random.PRNGKey(draw)))
+        kind, pointer, tiles = actions[:, 0], actions[:, 1], actions[:, 2:]
+        rows = np.arange(len(kind))
+        assert np.asarray(mask.kind)[rows, kind].all()
+        tile_mask = np.asarray(tile_mask_of(mask, jnp.asarray(kind)))
+        legal_tiles = np.take_along_axis(tile_mask, tiles[..., None], axis=-1)[..., 0]
+        assert legal_tiles.all()
+        pointer_ok = np.asarray(mask.pointer)[rows, pointer]
+        uses_pointer = USES_POINTER[kind]
+        assert pointer_ok[uses_pointer].all()
+        seen_kinds |= set(kind.tolist())
+    assert {NEXT, TILE, TILE_PARALLEL, INTERCHANGE} <= seen_kinds
+    # every masked choice's probability is exactly zero
+    dist = _distribution(params, observations, jnp.full(len(kind), TILE))
+    kinds = jax.nn.softmax(dist.kind, axis=-1)
+    assert float(jnp.where(mask.kind, 0.0, kinds).max()) == 0.0
+    tiles = jax.nn.softmax(dist.tiles, axis=-1)
+    assert float(jnp.where(mask.tile, 0.0, tiles).max()) == 0.0
+
+
+def test_an_actions_log_probability_counts_only_the_heads_its_kind_uses(observations):
+    _, params = build(NetworkConfig(), seed=2)
+    rows = observations.cursor.shape[0]
+    rng = np.random.default_rng(0)
+    for kind in (NEXT, TILE, INTERCHANGE):
+        dist = _distribution(params, observations, jnp.full(rows, kind))
+        base = np.zeros((rows, 2 + MAX_LOOPS), np.int32)
+        base[:, 0] = kind
+        other = base.copy()
+        other[:, 1] = rng.integers(0, MAX_LOOPS, rows)
+        other[:, 2:] = rng.integers(0, N_TILE_CHOICES, (rows, MAX_LOOPS))
+        lp_base, _ = log_prob_entropy(dist, jnp.asarray(base))
+        lp_other, _ = log_prob_entropy(dist, jnp.asarray(other))
+        # by hand: the kind's log-probability plus those of the heads it uses
+        log_kind = jax.nn.log_softmax(dist.kind, -1)[:, kind]
+        log_tiles = jax.nn.log_softmax(dist.tiles, -1)
+        log_pointer = jax.nn.log_softmax(dist.pointer, -1)
+        expected = np.asarray(log_kind).copy()
+        if USES_TILES[kind]:
+            taken = jnp.take_along_axis(log_tiles, jnp.asarray(other[:, 2:])[..., None], -1)
+            expected += np.asarray(taken[..., 0].sum(-1))
+        if USES_POINTER[kind]:
+            expected += np.asarray(log_pointer[np.arange(rows), other[:, 1]])
+        assert np.allclose(lp_other, expected, atol=1e-4)
+        changed = ~np.isclose(np.asarray(lp_base), np.asarray(lp_other), atol=1e-6)
+        if kind == NEXT:
+            assert not changed.any()  # neither tiles nor pointer count
+        else:
+            assert changed.any()  # its own head counts
+
+
+# One run's config for the tests below: a straight run in this process, and the same run
+# killed in another process and resumed here. dl-v0's train split, the analytic reward.
+RUN = replace(
+    SMALL,
+    envs=64,
+    steps=16,
+    iterations=16,
+    checkpoint_seconds=0.0,
+    eval_every=0,  # no evaluation on the test programs: this is about resuming
+    suites=("dl-v0",),
+)
+
+
+@pytest.fixture(scope="module")
+def straight_run():
+    """The run without interruption: its metrics per iteration and its final state."""
+    from mlirrl_jax.agent.run import load_programs
+
+    table = encode_programs(load_programs(TRAIN, RUN.suites))
+    trainer = make_train(RUN, AnalyticLogTime(), table, np.arange(table.n_programs))
+    iteration = jax.jit(chex.assert_max_traces(trainer.iteration, n=1))
+    state = trainer.init(jax.random.PRNGKey(RUN.seed), ())
+    history = []
+    for i in range(RUN.iterations):  # as `run_training` calls it
+        state, metrics = iteration(state, (), i / RUN.iterations)
+        history.append({k: float(v) for k, v in metrics.items()})
+    return history, jax.device_get(state)
+
+
+def test_training_on_the_analytic_reward_raises_the_return(straight_run):
+    history, _ = straight_run
+    returns = [m["mean_log_speedup"] for m in history]
+    assert all(m["invalid_actions"] == 0.0 and m["episodes"] > 0 for m in history)
+    assert np.mean(returns[-3:]) > np.mean(returns[:3]) + 0.5, returns
+
+
+def test_a_killed_run_resumes_exactly_where_it_would_have_gone(straight_run, tmp_path, capsys):
+    from mlirrl_jax.agent.run import run_training
+
+    config_path = tmp_path / "config.json"
+    config_path.write_text(RUN.dumps())
+    run = tmp_path / "run"
+    command = [sys.executable, "-m", "mlirrl_jax.cli", "train", "--out", str(run)]
+    process = subprocess.Popen(
+        [*command, "--config", str(config_path)],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 300
+    while time.time() < deadline and (checkpoint.latest_step(run) or 0) < 3:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)  # mid-run, at any moment
+    process.wait()
+    stopped_at = checkpoint.latest_step(run)
+    assert stopped_at is not None and 3 <= stopped_at < RUN.iterations
+    summary = run_training(run, resume=True, progress=False)
+    assert summary["iterations"] == RUN.iterations
+    _, expected = straight_run
+    restored, _ = checkpoint.restore(run, expected)
+    pairs = zip(
+        jax.tree_util.tree_flatten_with_path(expected)[0], jax.tree_util.tree_leaves(restored)
+    )
+    for (path, leaf), again in pairs:  # parameters, optimizer state, RNG key, environments
+        assert np.array_equal(np.asarray(again), np.asarray(leaf)), jax.tree_util.keystr(path)
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [m["iteration"] for m in lines] == list(range(1, RUN.iterations + 1))
+    assert (run / "learning_curve.png").is_file()
+    # the trained agent: schedules of a program, distinct, best first, as real Schedules
+    agent = Agent.load(run)
+    program = "suite://dl-v0/add_1x56x56x64"
+    chosen = agent.scored_schedules([program], n=3)[0]
+    assert 1 <= len(chosen) <= 3 and all(isinstance(s.schedule, Schedule) for s in chosen)
+    assert len({s.schedule.hash for s in chosen}) == len(chosen)
+    speedups = [s.predicted_speedup for s in chosen]
+    assert speedups == sorted(speedups, reverse=True)
+    assert agent.schedules(program) == agent.schedules(program)  # greedy: deterministic
+    # measured for real beside the unscheduled program and the heuristic, verified
+    from mlirrl_jax.measure.runner import Runner
+    from mlirrl_jax.measure.timing import TimingMethod
+    from mlirrl_jax.programs.ir import load_program
+    from mlirrl_jax.validate import format_report, measure_against_baselines, summarize
+
+    with Runner(timeout_s=60) as runner:
+        rows = measure_against_baselines(
+            agent, [load_program(program)], runner, TimingMethod(min_repeats=3, min_time_s=0.01)
+        )
+    assert rows[0]["verified"] and rows[0]["agent_speedup"] > 0
+    summary = summarize(rows)
+    assert summary["verified_programs"] == 1 and "| add_1x56x56x64 |" in format_report(
+        rows, summary
+    )
+    # and shown on the command line, with its transform script
+    assert main(["show", program, "--agent", str(run), "-n", "2"]) == 0
+    shown = capsys.readouterr().out
+    assert "agent schedule 1/" in shown and "transform.named_sequence" in shown
+
+
+def test_a_checkpoint_of_another_observation_version_refuses_to_load(tmp_path, table, monkeypatch):
+    trainer = make_train(SMALL, AnalyticLogTime(), table, np.arange(table.n_programs))
+    state = trainer.init(jax.random.PRNGKey(0), ())
+    checkpoint.save(tmp_path, state, {"config": SMALL.to_json()})
+    assert checkpoint.load_meta(tmp_path)["iteration"] == 0
+    monkeypatch.setattr(checkpoint, "OBSERVATION_VERSION", checkpoint.OBSERVATION_VERSION + 1)
+    with pytest.raises(checkpoint.CheckpointError, match="observation version"):
+        checkpoint.load_meta(tmp_path)
+    with pytest.raises(checkpoint.CheckpointError, match="no checkpoint"):
+        checkpoint.load_meta(tmp_path / "elsewhere")
+
+
+def test_configs_refuse_bad_values_and_unknown_keys():
+    with pytest.raises(ValueError, match="reward"):
+        AgentConfig(reward="dense")
+    with pytest.raises(ValueError, match="unknown config keys"):
+        AgentConfig.from_json({"envs": 8, "learning_rat": 0.1})
+    with pytest.raises(ValueError, match="minibatches"):
+        AgentConfig(envs=10, steps=3, minibatches=4)
+    config = AgentConfig.from_json({"envs": 8, "network": {"width": 16}})
+    assert AgentConfig.from_json(json.loads(config.dumps())) == config
