@@ -216,7 +216,6 @@ def _demo_agent(out_dir: Path, args) -> bool:
 
 def cmd_suite(args) -> int:
     from mlirrl_jax.programs import suites
-
     from mlirrl_jax.splits import split_of
 
     entries = suites.suite(args.name)
