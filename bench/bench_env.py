@@ -1,8 +1,9 @@
 """Jitted rollout throughput of the JAX environment with random masked actions.
 
 256 environments (each on its own program from the dl-v0 train split) x 64 steps, one batched
-step at a time, scanned under one jit; the analytic stand-in as the terminal reward. Compile time is reported separately;
-steps/s is the median over repeats of the compiled rollout (block_until_ready).
+step at a time, scanned under one jit; the analytic stand-in as the terminal reward. Compile
+time is reported separately; steps/s is the median over repeats of the compiled rollout
+(block_until_ready).
 
     python bench/bench_env.py [--envs 256] [--steps 64] [--repeats 20]
 """
@@ -27,7 +28,7 @@ from mlirrl_jax.programs.ir import load_program
 def make_rollout(env: JaxEnv, table, pool, n_envs: int, n_steps: int):
     def rollout(key):
         params = env.reward.prepare((), table)
-        states, timesteps = env.reset(params, jax.random.split(key, n_envs), table, pool)
+        states, timesteps = env.reset(params, table, pool, jax.random.split(key, n_envs))
 
         def one_step(carry, step_key):
             states, timesteps = carry

@@ -5,9 +5,9 @@
         [--max-steps N] [--out DIR]
 
 The held-out programs are the surrogate-validation split (`mlirrl_jax.splits`); the training
-programs are a random share of the train split (`--fractions`, each with `--seeds` draws, all of their rows), and
-each share trains a fresh surrogate with the default `TrainConfig` (one network, no
-distillation, unless `--teacher` names one). Prints one row per fit, then the
+programs are a random share of the train split (`--fractions`, each with `--seeds` draws, all
+of their rows), and each share trains a fresh surrogate with the default `TrainConfig` (one
+network, no distillation, unless `--teacher` names one). Prints one row per fit, then the
 median per share and, per metric, the change per doubling of training programs (least squares
 over log2 programs) with the programs a straight-line extrapolation would need to reach the
 surrogate's targets. Writes `learning_curve.json` and `learning_curve.png` under `--out`.

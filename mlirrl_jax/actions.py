@@ -18,6 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+# Bump when the action space changes (heads, their sizes, tile candidates, the grammar): a
+# policy trained on another one refuses to load (`agent.checkpoint`).
+ACTION_SPACE_VERSION = 1
 MAX_OPS = 8  # ops per program the environments accept
 MAX_LOOPS = 8  # loops per op
 N_TILE_CHOICES = 8  # per loop: "no tiling" + up to 7 divisors of the extent
@@ -78,8 +81,9 @@ MAY_FOLLOW = np.array([[_may_follow(k, ph) for k in range(N_KINDS)] for ph in ra
 
 
 def _max_steps_per_op() -> int:
-    """The longest an op's part of an episode can be: the most steps of each phase (an
-    interchange places all but the last loop, one step each), then `next`."""
+    """A bound on an op's part of an episode: the most steps of each phase (an interchange
+    places all but the last loop, one step each), then `next` (one more than the longest,
+    since vectorizing also ends the op)."""
     most: dict[int, int] = {}
     for kind, rule in GRAMMAR.items():
         if kind != NEXT:

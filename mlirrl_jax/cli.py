@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from mlirrl_jax.heuristics import heuristic_schedule
@@ -16,6 +17,8 @@ from mlirrl_jax.programs import generate
 from mlirrl_jax.programs.ir import Program, ProgramError, load_program, parse_program
 from mlirrl_jax.report import format_table, save_speedup_plot
 from mlirrl_jax.schedule import Schedule, ScheduleError
+from mlirrl_jax.shipped import SHIPPED_SEEDS, SHIPPED_SURROGATE
+from mlirrl_jax.splits import SPLITS
 from mlirrl_jax.transform import transform_script
 
 # The demo's programs: the shapes its figures are known by, rendered by the generator.
@@ -84,6 +87,8 @@ def cmd_measure(args) -> int:
 def cmd_demo(args) -> int:
     from mlirrl_jax.host_devices import use_compilation_cache, use_host_devices
 
+    if args.agent_minutes > 0 and args.out and (Path(args.out) / "agent" / "checkpoints").exists():
+        raise ValueError(f"{args.out}/agent already holds an agent run: choose another --out")
     use_host_devices()  # before any JAX work: the agent's environments use every core
     use_compilation_cache()
     out_dir = Path(args.out or f"runs/demo-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
@@ -136,27 +141,23 @@ def cmd_demo(args) -> int:
     return 0 if all(r["verified"] for r in rows) and agent_ok else 1
 
 
-SHIPPED_MODEL = Path(__file__).resolve().parent.parent / "data" / "cost_model"
-SHIPPED_DATA = Path(__file__).resolve().parent.parent / "data" / "seed"
-
-
 def _demo_surrogate(out_dir: Path) -> None:
     """Load the shipped surrogate and print its metrics on its held-out programs."""
     from cost_model.report import evaluate_saved, format_metrics
     from mlirrl_jax.measure.fingerprint import machine_fingerprint
 
-    seeds = sorted(SHIPPED_DATA.glob("*.parquet"))
-    if not (SHIPPED_MODEL / "model.json").is_file() or not seeds:
+    seeds = sorted(SHIPPED_SEEDS.glob("*.parquet"))
+    if not (SHIPPED_SURROGATE / "model.json").is_file() or not seeds:
         print(
             "\nno shipped surrogate yet (data/cost_model): collect measurements with "
             "`mlirrl-jax collect` and train one with `mlirrl-jax fit-cost-model`"
         )
         return
     print(
-        f"\nsurrogate cost model {SHIPPED_MODEL}, evaluated on its held-out programs "
+        f"\nsurrogate cost model {SHIPPED_SURROGATE}, evaluated on its held-out programs "
         f"with the seed dataset {seeds[0].name}:"
     )
-    result = evaluate_saved(SHIPPED_MODEL, seeds[0])
+    result = evaluate_saved(SHIPPED_SURROGATE, seeds[0])
     print(format_metrics(result))
     print(
         f"({result['held_out_rows']} schedules of {result['held_out_programs']} held-out programs)"
@@ -173,7 +174,7 @@ def _demo_surrogate(out_dir: Path) -> None:
 def _demo_agent(out_dir: Path, args) -> bool:
     """Train the agent on the shipped surrogate, then measure its schedules of some test
     programs for real against the heuristic; says whether every measurement verified."""
-    if args.agent_minutes <= 0 or not (SHIPPED_MODEL / "model.json").is_file():
+    if args.agent_minutes <= 0 or not (SHIPPED_SURROGATE / "model.json").is_file():
         return True
     from mlirrl_jax.agent.agent import Agent
     from mlirrl_jax.agent.run import run_training
@@ -361,23 +362,19 @@ def cmd_train(args) -> int:
     from mlirrl_jax.agent.train import AgentConfig
 
     out = Path(args.out)
-    overrides = {}
+    budget = {}
     if args.minutes is not None:
-        overrides = {"minutes": args.minutes, "iterations": 0}
+        budget = {"minutes": args.minutes, "iterations": 0}
     elif args.iterations is not None:
-        overrides = {"iterations": args.iterations}
+        budget = {"iterations": args.iterations}
+    config = (
+        AgentConfig.from_json(json.loads(Path(args.config).read_text())) if args.config else None
+    )
     if args.surrogate is not None:
-        overrides["surrogate"] = args.surrogate
-    config = None
-    if args.config:
-        config = AgentConfig.from_json({**json.loads(Path(args.config).read_text()), **overrides})
-    elif args.resume and overrides:  # a resumed run may get a new budget, nothing else
-        saved = AgentConfig.from_json(json.loads((out / "config.json").read_text()))
-        config = AgentConfig.from_json({**saved.to_json(), **overrides})
-        (out / "config.json").write_text(config.dumps())
-    elif overrides:
-        config = AgentConfig.from_json(overrides)
-    run_training(out, config, resume=args.resume)
+        if args.resume:
+            raise ValueError("a resumed run keeps its surrogate: drop --surrogate")
+        config = replace(config or AgentConfig(), surrogate=args.surrogate)
+    run_training(out, config, resume=args.resume, budget=budget)
     print(f"run in {out.resolve()}: metrics.jsonl, learning_curve.png, summary.json, checkpoints/")
     return 0
 
@@ -440,7 +437,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("collect", help="measure sampled schedules into the measurement store")
     p.add_argument("--store", default="data/measurements.db")
     p.add_argument("--suite", default="dl-v0")
-    p.add_argument("--split", default="train", choices=["train", "test"])
+    p.add_argument(
+        "--split",
+        default="train",
+        choices=["train", "test"],
+        help="the suite's own split: train (its non-test programs: the named train and "
+        "surrogate-validation splits, mlirrl_jax.splits) or test",
+    )
     limit = p.add_mutually_exclusive_group(required=True)
     limit.add_argument("--budget", type=int, help="stop at this many stored rows for the split")
     limit.add_argument("--hours", type=float, help="stop after this many hours")
@@ -511,7 +514,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("suite", help="list a built-in suite's programs")
     p.add_argument("--name", default="dl-v0")
-    p.add_argument("--split", choices=["train", "surrogate-validation", "test"])
+    p.add_argument("--split", choices=list(SPLITS))
     p.add_argument("--kind")
     p.set_defaults(func=cmd_suite)
 

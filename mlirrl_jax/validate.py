@@ -19,8 +19,6 @@ from collections.abc import Callable
 import numpy as np
 
 from mlirrl_jax.agent.agent import Agent
-from mlirrl_jax.agent.evaluate import Evaluator
-from mlirrl_jax.env.replay import state_of_schedule
 from mlirrl_jax.heuristics import heuristic_schedule
 from mlirrl_jax.measure.runner import Runner
 from mlirrl_jax.measure.timing import TimingMethod, speedup
@@ -59,15 +57,10 @@ def measure_against_baselines(
     """Per program: the unscheduled time and the real and predicted speedups of the agent's
     greedy schedule and of the heuristic schedule, all verified against the reference."""
     method = method or TimingMethod()
-    greedy = [s[0] for s in agent.scored_schedules(programs, n=1)]
+    evaluator = agent.evaluator(programs)
+    greedy = [s[0] for s in agent.scored_schedules(programs, n=1, evaluator=evaluator)]
     heuristics = [heuristic_schedule(p) for p in programs]
-    evaluator = Evaluator(agent.env, programs, agent.graphdef)
-    reward_params = evaluator.prepare(agent.surrogate.params)
-    states = [
-        state_of_schedule(p, h).to_env_state(i)
-        for i, (p, h) in enumerate(zip(programs, heuristics))
-    ]
-    heuristic_predicted = np.exp(evaluator.score_states(reward_params, states))
+    heuristic_predicted = np.exp(evaluator.heuristic(evaluator.prepare(agent.surrogate.params)))
     rows, started = [], time.perf_counter()
     for i, program in enumerate(programs):
         base = runner.measure(program, Schedule(), method=method)

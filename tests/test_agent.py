@@ -30,7 +30,7 @@ from mlirrl_jax.agent import checkpoint
 from mlirrl_jax.agent.agent import Agent
 from mlirrl_jax.agent.losses import compute_gae
 from mlirrl_jax.agent.networks import NetworkConfig, act, build, distribution, log_prob_entropy
-from mlirrl_jax.agent.train import AgentConfig, make_train
+from mlirrl_jax.agent.train import AgentConfig, budget_share, make_train
 from mlirrl_jax.cli import main
 from mlirrl_jax.env.jax_env import JaxEnv, sample_action, tile_mask_of
 from mlirrl_jax.env.reward import AnalyticLogTime
@@ -95,7 +95,7 @@ def observations(table):
 
     @jax.jit
     def collect(key):
-        states, timestep = env.reset(params, jax.random.split(key, count), table, pool)
+        states, timestep = env.reset(params, table, pool, jax.random.split(key, count))
 
         def body(carry, step_key):
             states, timestep = carry
@@ -199,11 +199,12 @@ def straight_run():
 
     table = encode_programs(load_programs(TRAIN, RUN.suites))
     trainer = make_train(RUN, AnalyticLogTime(), table, np.arange(table.n_programs))
-    iteration = jax.jit(chex.assert_max_traces(trainer.iteration, n=1))
+    iteration = jax.jit(chex.assert_max_traces(trainer.iteration, n=1))  # traced once
     state = trainer.init(jax.random.PRNGKey(RUN.seed), ())
+    reward_params = trainer.prepare(())
     history = []
     for i in range(RUN.iterations):  # as `run_training` calls it
-        state, metrics = iteration(state, (), i / RUN.iterations)
+        state, metrics = iteration(state, reward_params, budget_share(i, RUN.iterations))
         history.append({k: float(v) for k, v in metrics.items()})
     return history, jax.device_get(state)
 
@@ -277,6 +278,72 @@ def test_a_killed_run_resumes_exactly_where_it_would_have_gone(straight_run, tmp
     assert "agent schedule 1/" in shown and "transform.named_sequence" in shown
 
 
+def test_train_runs_the_same_iterations_in_one_scan(kernel_table):
+    config = replace(SMALL, envs=16, steps=4, iterations=3)
+    trainer = make_train(
+        config, AnalyticLogTime(), kernel_table, np.arange(kernel_table.n_programs)
+    )
+    key = jax.random.PRNGKey(4)
+    scanned, metrics = jax.jit(trainer.train)(key, ())
+    assert metrics["loss"].shape == (3,)
+    state, reward_params = trainer.init(key, ()), trainer.prepare(())
+    iteration = jax.jit(trainer.iteration)
+    for i in range(3):
+        state, _ = iteration(state, reward_params, budget_share(i, 3))
+    for a, b in zip(jax.tree.leaves(scanned.params), jax.tree.leaves(state.params)):
+        assert np.allclose(a, b, atol=1e-5)
+
+
+TWO_DEVICES = """
+import jax, numpy as np
+from mlirrl_jax.host_devices import use_host_devices
+assert use_host_devices(2) == 2
+from pathlib import Path
+from mlirrl_jax.agent import checkpoint
+from mlirrl_jax.agent.train import AgentConfig, make_train
+from mlirrl_jax.env.reward import AnalyticLogTime
+from mlirrl_jax.env.state import encode_programs
+from mlirrl_jax.programs import suites
+from mlirrl_jax.programs.ir import load_program
+programs = [load_program(e.uri) for e in suites.split("dl-v0", "train")[:12]]
+table = encode_programs(programs)
+config = AgentConfig(envs=16, steps=4, minibatches=2, surrogate="analytic", iterations=4)
+trainer = make_train(config, AnalyticLogTime(), table, np.arange(len(programs)))
+assert trainer.devices == 2
+state, reward_params = trainer.init(jax.random.PRNGKey(0), ()), trainer.prepare(())
+assert len(state.env_states.program.sharding.device_set) == 2
+iteration = jax.jit(trainer.iteration)
+for i in range(2):
+    state, metrics = iteration(state, reward_params, i / 4)
+assert np.isfinite(float(metrics["loss"])) and float(metrics["episodes"]) > 0
+# the parameters stay the same on both devices (gradients averaged across them)
+shards = [np.asarray(s.data) for s in jax.tree.leaves(state.params)[0].addressable_shards]
+assert len(shards) == 2 and np.array_equal(shards[0], shards[1])
+run = Path(__import__("sys").argv[1])
+checkpoint.save(run, state, {"config": config.to_json()})
+back, _ = checkpoint.restore(run, jax.eval_shape(lambda: state))
+back = trainer.place(back)
+again, _ = iteration(back, reward_params, 0.5)
+ahead, _ = iteration(state, reward_params, 0.5)
+for a, b in zip(jax.tree.leaves(again), jax.tree.leaves(ahead)):
+    assert np.array_equal(np.asarray(a), np.asarray(b))
+print("ok")
+"""
+
+
+def test_two_devices_split_the_environments_and_share_the_parameters(tmp_path):
+    script = tmp_path / "two.py"
+    script.write_text(TWO_DEVICES)
+    result = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-3000:]
+
+
 def test_a_checkpoint_of_another_observation_version_refuses_to_load(tmp_path, table, monkeypatch):
     trainer = make_train(SMALL, AnalyticLogTime(), table, np.arange(table.n_programs))
     state = trainer.init(jax.random.PRNGKey(0), ())
@@ -284,6 +351,10 @@ def test_a_checkpoint_of_another_observation_version_refuses_to_load(tmp_path, t
     assert checkpoint.load_meta(tmp_path)["iteration"] == 0
     monkeypatch.setattr(checkpoint, "OBSERVATION_VERSION", checkpoint.OBSERVATION_VERSION + 1)
     with pytest.raises(checkpoint.CheckpointError, match="observation version"):
+        checkpoint.load_meta(tmp_path)
+    monkeypatch.undo()
+    monkeypatch.setattr(checkpoint, "ACTION_SPACE_VERSION", checkpoint.ACTION_SPACE_VERSION + 1)
+    with pytest.raises(checkpoint.CheckpointError, match="action space version"):
         checkpoint.load_meta(tmp_path)
     with pytest.raises(checkpoint.CheckpointError, match="no checkpoint"):
         checkpoint.load_meta(tmp_path / "elsewhere")

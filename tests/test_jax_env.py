@@ -125,7 +125,7 @@ def test_batched_steps_under_scan_each_env_its_own_program(table):
     @jax.jit
     def rollout(key):
         params = env.reward.prepare(None, table)
-        states, timesteps = env.reset(params, jax.random.split(key, n_envs), table, pool)
+        states, timesteps = env.reset(params, table, pool, jax.random.split(key, n_envs))
 
         def body(carry, step_key):
             states, timesteps = carry
@@ -189,18 +189,22 @@ def test_an_episode_cut_at_the_step_limit_is_truncated_not_terminated(table):
 
 def test_the_model_runs_only_where_needed_with_the_same_values():
     rows = jnp.arange(300, dtype=jnp.float32)
-    needed = (jnp.arange(300) % 7 == 0) | (jnp.arange(300) > 290)
-    calls = []
+    needed = (jnp.arange(300) % 7 == 0) | (jnp.arange(300) > 290)  # 52 rows: 4 chunks of 16
+    chunks = []
 
     def fn(x):
-        calls.append(x.shape)
+        jax.debug.callback(lambda: chunks.append(1))  # once per chunk the loop runs
         return x * 2.0 + 1.0
 
-    got = evaluate_where(fn, needed, rows, chunk=16)
+    run = jax.jit(lambda n: evaluate_where(fn, n, rows, chunk=16))
+    got = run(needed)
+    jax.effects_barrier()
     assert np.array_equal(np.asarray(got), np.where(needed, rows * 2.0 + 1.0, 0.0))
-    assert calls == [(16,)]  # traced once, for one chunk shape
-    counted = jax.jit(lambda n: evaluate_where(lambda x: x + 1.0, n, rows, chunk=16))
-    assert float(counted(jnp.zeros(300, bool)).sum()) == 0.0  # nothing needed, nothing run
+    assert len(chunks) == 4
+    chunks.clear()
+    assert float(run(jnp.zeros(300, bool)).sum()) == 0.0
+    jax.effects_barrier()
+    assert chunks == []  # nothing needed, nothing run
 
 
 def test_masks_follow_the_grammar(programs, table):

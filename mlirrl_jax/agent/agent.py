@@ -2,12 +2,13 @@
 
 Schedules come from whole episodes in the jitted environment, turned into `Schedule`s by the
 Python `replay` of their applied actions, so what the agent returns is exactly what the real
-pipeline compiles. With `n > 1` the agent samples episodes and returns the n best distinct
-schedules, ranked by the surrogate's prediction.
+pipeline compiles. With `n > 1` the agent also samples episodes and returns the n best
+distinct schedules (the greedy one among them), ranked by the surrogate's prediction.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import numpy as np
 
 from mlirrl_jax.agent import checkpoint
 from mlirrl_jax.agent.evaluate import Evaluator
-from mlirrl_jax.agent.networks import build
+from mlirrl_jax.agent.networks import abstract
 from mlirrl_jax.agent.surrogate import Surrogate, load_surrogate
 from mlirrl_jax.agent.train import AgentConfig, make_env
 from mlirrl_jax.env.replay import replay
@@ -37,25 +38,34 @@ class Scored:
 class Agent:
     """A policy network with the reward model it was trained against."""
 
-    def __init__(self, config: AgentConfig, params, surrogate: Surrogate, meta: dict | None = None):
+    def __init__(self, config: AgentConfig, params, surrogate: Surrogate):
         self.config = config
         self.params = params
         self.surrogate = surrogate
-        self.meta = meta or {}
-        self.graphdef, _ = build(config.network, config.seed)
+        self.graphdef, _ = abstract(config.network)
         self.env = make_env(config, surrogate.model)
 
     @classmethod
-    def load(cls, run_dir: str | Path, surrogate: Surrogate | None = None) -> Agent:
-        """The agent of a training run's newest checkpoint, with the surrogate it recorded
-        (or `surrogate`); refuses a checkpoint of another observation version."""
+    def load(cls, run_dir: str | os.PathLike, surrogate: Surrogate | None = None) -> Agent:
+        """The agent of a training run's newest checkpoint with the surrogate of its config
+        (or `surrogate`); refuses a checkpoint of another observation or action-space
+        version, and a surrogate other than the one it was trained against."""
         run_dir = Path(run_dir)
         meta = checkpoint.load_meta(run_dir)
         config = AgentConfig.from_json(meta["config"])
-        surrogate = surrogate or load_surrogate(meta["surrogate"].get("path", config.surrogate))
-        _, like = build(config.network, config.seed)
-        params = checkpoint.restore_params(run_dir, like)
-        return cls(config, params, surrogate, meta)
+        surrogate = surrogate or load_surrogate(config.surrogate)
+        trained_against = meta.get("surrogate", {}).get("params_sha256")
+        if trained_against != surrogate.identity.get("params_sha256"):
+            raise checkpoint.CheckpointError(
+                f"{run_dir} was trained against the surrogate {meta.get('surrogate')}; the one "
+                f"loaded is {surrogate.identity}: pass the surrogate it was trained against"
+            )
+        params = checkpoint.restore_params(run_dir, abstract(config.network)[1], meta)
+        return cls(config, params, surrogate)
+
+    def evaluator(self, programs: list[Program]) -> Evaluator:
+        """Episode runners and scores on these programs (reusable across calls)."""
+        return Evaluator(self.env, programs, self.graphdef)
 
     def scored_schedules(
         self,
@@ -63,21 +73,26 @@ class Agent:
         n: int = 1,
         greedy: bool = True,
         seed: int = 0,
+        evaluator: Evaluator | None = None,
     ) -> list[list[Scored]]:
         """Per program, up to `n` distinct schedules with their predicted speedups, best
-        first: the greedy one (if `greedy`) and sampled ones, ranked by the surrogate."""
+        first: the greedy one (if `greedy`) and sampled ones, ranked by the surrogate.
+        `evaluator` (from `evaluator(programs)`) saves compiling again for the same programs."""
         if n < 1:
             raise ValueError(f"n must be at least 1, got {n}")
-        programs = [p if isinstance(p, Program) else load_program(p) for p in programs]
-        evaluator = Evaluator(self.env, programs, self.graphdef)
+        if not programs:
+            return []
+        if evaluator is None:
+            programs = [p if isinstance(p, Program) else load_program(p) for p in programs]
+            evaluator = self.evaluator(programs)
+        programs = evaluator.programs
         reward_params = evaluator.prepare(self.surrogate.params)
         rows = np.arange(len(programs), dtype=np.int32)
         found: list[dict[str, Scored]] = [{} for _ in programs]
         runs = []
         if greedy:
-            runs.append(
-                evaluator.episodes(self.params, reward_params, rows, jax.random.PRNGKey(seed), True)
-            )
+            key = jax.random.PRNGKey(seed)
+            runs.append(evaluator.episodes(self.params, reward_params, rows, key, True))
         if n > 1 or not greedy:
             repeated = np.tile(rows, SAMPLES_PER_SCHEDULE * n)
             key = jax.random.PRNGKey(seed + 1)
@@ -95,10 +110,12 @@ class Agent:
     def schedules(
         self, program_or_programs, n: int = 1, greedy: bool = True, seed: int = 0
     ) -> list[Schedule] | list[list[Schedule]]:
-        """The agent's schedules of one program (a list of up to `n`) or of a list of programs
-        (a list of such lists). `greedy` with n = 1: the most likely schedule."""
-        single = isinstance(program_or_programs, Program | str)
+        """The agent's schedules of one program (a Program, a path or a URI: a list of up to
+        `n`) or of a list of programs (a list of such lists). `greedy` with n = 1: the most
+        likely schedule."""
+        single = isinstance(program_or_programs, Program | str | os.PathLike)
         programs = [program_or_programs] if single else list(program_or_programs)
+        programs = [p if isinstance(p, Program) else load_program(str(p)) for p in programs]
         chosen = self.scored_schedules(programs, n, greedy, seed)
         out = [[s.schedule for s in per_program] for per_program in chosen]
         return out[0] if single else out

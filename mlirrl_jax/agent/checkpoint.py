@@ -1,10 +1,11 @@
 """Checkpoints of a training run (orbax): the whole `TrainingState` (network parameters,
 optimizer state, environments mid-episode, RNG key, iteration) plus JSON metadata (the
-config, the surrogate's identity, the observation version, the time trained).
+config, the surrogate's identity, the observation and action-space versions, the time
+trained).
 
 Orbax writes each checkpoint to a temporary folder and renames it when complete, so a kill at
 any moment leaves the previous checkpoint intact; the last three are kept. A checkpoint made
-for another observation version refuses to load, naming both versions.
+for another observation or action-space version refuses to load, naming both versions.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 import jax
 import orbax.checkpoint as ocp
 
+from mlirrl_jax.actions import ACTION_SPACE_VERSION
 from mlirrl_jax.env.observation import OBSERVATION_VERSION
 
 KEEP = 3
@@ -34,7 +36,12 @@ def save(run_dir: Path, state, meta: dict) -> int:
     """Write `state` (a TrainingState) with `meta` as the checkpoint of its iteration."""
     step = int(state.iteration)
     state = jax.device_get(state)  # host arrays: the checkpoint restores on any device layout
-    meta = {**meta, "observation_version": OBSERVATION_VERSION, "iteration": step}
+    meta = {
+        **meta,
+        "observation_version": OBSERVATION_VERSION,
+        "action_space_version": ACTION_SPACE_VERSION,
+        "iteration": step,
+    }
     with _manager(run_dir) as manager:
         if step in manager.all_steps():  # already saved (orbax would skip it silently)
             return step
@@ -63,12 +70,16 @@ def load_meta(run_dir: Path, step: int | None = None) -> dict:
         raise CheckpointError(f"{run_dir}: no checkpoint here (checkpoints/ is missing or empty)")
     with _manager(run_dir) as manager:
         meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
-    version = meta.get("observation_version")
-    if version != OBSERVATION_VERSION:
-        raise CheckpointError(
-            f"{run_dir}: the policy was trained on observation version {version}; this code "
-            f"observes version {OBSERVATION_VERSION}. Train a new agent on this version."
-        )
+    for what, current in (
+        ("observation", OBSERVATION_VERSION),
+        ("action_space", ACTION_SPACE_VERSION),
+    ):
+        version = meta.get(f"{what}_version")
+        if version != current:
+            raise CheckpointError(
+                f"{run_dir}: the policy was trained on {what.replace('_', ' ')} version "
+                f"{version}; this code has version {current}. Train a new agent on this version."
+            )
     return meta
 
 
@@ -93,12 +104,13 @@ def _pure(tree):
     return tree
 
 
-def restore_params(run_dir: Path, like, step: int | None = None):
-    """The policy parameters alone of a checkpoint (default: the newest), restored into the
-    nnx.State `like` (a freshly built network's parameters: the structure and shapes)."""
+def restore_params(run_dir: Path, like, meta: dict | None = None):
+    """The policy parameters alone of a checkpoint (of `meta`, from `load_meta`; default:
+    the newest), restored into the nnx.State `like` (the network's parameters or their
+    shapes, `networks.abstract`)."""
     from flax import nnx
 
-    meta = load_meta(run_dir, step)
+    meta = meta or load_meta(run_dir)
     with _manager(run_dir) as manager:
         restored = manager.restore(
             meta["iteration"], args=ocp.args.Composite(state=ocp.args.StandardRestore())

@@ -14,29 +14,32 @@ import jax.numpy as jnp
 import numpy as np
 
 from mlirrl_jax.agent.networks import act
-from mlirrl_jax.agent.rollout import Episodes, random_policy, run_episodes
+from mlirrl_jax.agent.rollout import Episodes, batched, run_episodes
 from mlirrl_jax.env.jax_env import JaxEnv
 from mlirrl_jax.env.replay import state_of_schedule
 from mlirrl_jax.env.reward import RewardParams
 from mlirrl_jax.env.state import ProgramTable, encode_programs
 from mlirrl_jax.heuristics import heuristic_schedule
 from mlirrl_jax.programs.ir import Program
+from mlirrl_jax.sampler import random_policy
 
 PREDICT_CHUNK = 256
 RANDOM_ROWS_PER_CALL = 4096  # random episodes run together when scoring random search
 
 
-def geomean(log_speedups) -> float:
+def geomean_speedup(log_speedups) -> float:
     """The geometric-mean speedup of per-program log-speedups."""
     return float(np.exp(np.mean(np.asarray(log_speedups, np.float64))))
 
 
 def greedy_policy(graphdef, params):
-    return lambda observation, key: act(graphdef, params, observation, key, greedy=True)[0]
+    """The network's most likely action per observation (a `BatchPolicy`)."""
+    return lambda key, observations: act(graphdef, params, observations, key, greedy=True)[0]
 
 
 def sampling_policy(graphdef, params):
-    return lambda observation, key: act(graphdef, params, observation, key)[0]
+    """An action sampled from the network per observation (a `BatchPolicy`)."""
+    return lambda key, observations: act(graphdef, params, observations, key)[0]
 
 
 @dataclass
@@ -90,7 +93,7 @@ class Evaluator:
 
             def run(reward_params, programs, key):
                 return run_episodes(
-                    self.env, random_policy(), reward_params, self.table, programs, key
+                    self.env, batched(random_policy()), reward_params, self.table, programs, key
                 ).log_speedup
 
             self._jitted["random"] = jax.jit(run)

@@ -40,6 +40,7 @@ from mlirrl_jax.env.jax_env import tile_mask_of
 from mlirrl_jax.env.observation import CANDIDATE_OBS, LOOP_OBS, OP_OBS, Observation
 
 MASKED = -1e9
+CONTEXT = 5  # the context's width in tokens: the current op, the ops' and loops' mean and max
 LOGIT_CAP = 30.0  # logits are soft-capped to +-30, so MASKED lies far below every legal one
 
 
@@ -113,7 +114,7 @@ class Encoding:
     """What the heads read: the current op's token, the program's and loops' summaries, and
     the current op's loop tokens."""
 
-    context: jax.Array  # (..., 3 * width): current op token, pooled ops
+    context: jax.Array  # (..., CONTEXT * width): current op; mean, max of ops; of loops
     loops: jax.Array  # (..., MAX_LOOPS, width)
 
 
@@ -126,12 +127,12 @@ class PolicyNetwork(nnx.Module):
         self.loop_in = nnx.Linear(LOOP_OBS, width, rngs=rngs)
         self.loop_current = nnx.Linear(width, width, use_bias=False, rngs=rngs)
         self.loop_mixer = TokenMixer(config, rngs)
-        self.kind_hidden = nnx.Linear(5 * width, width, rngs=rngs)
+        self.kind_hidden = nnx.Linear(CONTEXT * width, width, rngs=rngs)
         self.kind_out = nnx.Linear(width, N_KINDS, rngs=rngs)
         self.kind_embedding = nnx.Embed(N_KINDS, width, rngs=rngs)
         self.tile_query = nnx.Linear(width, CANDIDATE_OBS, rngs=rngs)
-        self.pointer_query = nnx.Linear(5 * width + width, width, rngs=rngs)
-        self.value_hidden = nnx.Linear(5 * width, width, rngs=rngs)
+        self.pointer_query = nnx.Linear((CONTEXT + 1) * width, width, rngs=rngs)
+        self.value_hidden = nnx.Linear(CONTEXT * width, width, rngs=rngs)
         self.value_out = nnx.Linear(width, 1, rngs=rngs)
 
     def encode(self, obs: Observation) -> Encoding:
@@ -171,14 +172,16 @@ class PolicyNetwork(nnx.Module):
         return self.value_out(nnx.relu(self.value_hidden(encoding.context)))[..., 0]
 
 
+def abstract(config: NetworkConfig):
+    """(graphdef, the parameters' shapes) of the network, nothing computed."""
+    return nnx.split(nnx.eval_shape(lambda: PolicyNetwork(config, nnx.Rngs(0))), nnx.Param)
+
+
 def build(config: NetworkConfig, seed: int = 0):
     """(graphdef, params) of a fresh network (initialized under jit: one compile instead of
     one per layer)."""
-    graphdef, _ = nnx.split(
-        nnx.eval_shape(lambda: PolicyNetwork(config, nnx.Rngs(seed))), nnx.Param
-    )
     params = jax.jit(lambda: nnx.split(PolicyNetwork(config, nnx.Rngs(seed)), nnx.Param)[1])()
-    return graphdef, params
+    return abstract(config)[0], params
 
 
 def _masked(logits: jax.Array, mask: jax.Array) -> jax.Array:
@@ -212,7 +215,9 @@ def distribution(
 
 
 def log_prob_entropy(dist: ActionDistribution, action: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """An action's log-probability and entropy, summed over the heads its kind uses."""
+    """An action's log-probability, summed over the heads its kind uses, and the entropy the
+    bonus uses: the kind head's plus the entropies of the heads this action's kind uses
+    (a one-sample estimate of the autoregressive policy's entropy)."""
     kind, pointer, tiles = action[..., 0], action[..., 1], action[..., 2:]
     kind_lp, kind_ent = _log_prob_entropy(dist.kind, kind)
     tile_lp, tile_ent = _log_prob_entropy(dist.tiles, tiles)

@@ -17,17 +17,21 @@ def format_summary(summary: dict, config) -> str:
         f"machine {summary['machine_id']}; reward: {summary['surrogate'].get('kind')} of machine "
         f"{summary['surrogate'].get('machine_id', '-')}",
         "",
-        "predicted geomean speedup over unscheduled, test programs (greedy agent):",
+        "predicted geomean speedup over unscheduled, test programs (greedy agent):"
+        if summary["test"]
+        else "(no evaluation on the test programs: eval_every is 0)",
         "",
         f"| programs | n | agent | heuristic | best of {config.eval_random_schedules} random "
         "| agent / heuristic | agent >= random |",
         "|---|---|---|---|---|---|---|",
     ]
+    if not summary["test"]:
+        return "\n".join(lines[:3])
     for group, row in summary["test"].items():
         lines.append(
             f"| {group} | {row['programs']} | {row['agent']:.2f}x | {row['heuristic']:.2f}x | "
             f"{row[random_key]:.2f}x | {row['agent'] / row['heuristic']:.2f} | "
-            f"{row['agent_beats_random']:.0%} of programs |"
+            f"{row['agent_at_least_random']:.0%} of programs |"
         )
     return "\n".join(lines)
 
@@ -46,15 +50,21 @@ def save_learning_curve(metrics: list[dict], path: Path, config) -> Path | None:
     if not metrics:
         return None
     random_key = f"random_best_of_{config.eval_random_schedules}"
-    minutes = np.array([m["trained_seconds"] for m in metrics]) / 60.0
-    sampled = np.array([m["mean_predicted_speedup"] for m in metrics])
+    ended = [m for m in metrics if m["mean_predicted_speedup"]]  # iterations where some did
+    minutes = np.array([m["trained_seconds"] for m in ended]) / 60.0
+    sampled = np.array([m["mean_predicted_speedup"] for m in ended])
     evaluated = [m for m in metrics if "test" in m]
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    window = max(1, len(sampled) // 50)
-    smooth = np.convolve(sampled, np.ones(window) / window, mode="valid")
-    ax.plot(
-        minutes[window - 1 :], smooth, color="tab:blue", alpha=0.6, label="sampled episodes (train)"
-    )
+    if len(sampled):
+        window = max(1, len(sampled) // 50)  # a moving average over 2% of the run
+        smooth = np.convolve(sampled, np.ones(window) / window, mode="valid")
+        ax.plot(
+            minutes[window - 1 :],
+            smooth,
+            color="tab:blue",
+            alpha=0.6,
+            label="sampled episodes (train)",
+        )
     if evaluated:
         at = np.array([m["trained_seconds"] for m in evaluated]) / 60.0
         ax.plot(

@@ -5,7 +5,8 @@ A run lives in one folder: `config.json` (the `AgentConfig`), `checkpoints/` (or
 `checkpoint.py`), `metrics.jsonl` (one line per iteration; evaluations every
 `config.eval_every` iterations), `baselines.json` (the heuristic's and random search's
 predicted speedups per test program), `learning_curve.png` and `summary.json`. `resume=True`
-continues a killed run from its newest checkpoint exactly as it would have gone on.
+continues a killed (or interrupted) run from its newest checkpoint: with an iteration budget,
+exactly as it would have gone on.
 """
 
 from __future__ import annotations
@@ -20,19 +21,23 @@ import numpy as np
 from tqdm import tqdm
 
 from mlirrl_jax.agent import checkpoint
-from mlirrl_jax.agent.evaluate import Evaluator, geomean
+from mlirrl_jax.agent.evaluate import Evaluator, geomean_speedup
 from mlirrl_jax.agent.report import format_summary, save_learning_curve
 from mlirrl_jax.agent.surrogate import Surrogate, load_surrogate
-from mlirrl_jax.agent.train import AgentConfig, make_train
+from mlirrl_jax.agent.train import AgentConfig, budget_share, make_train
 from mlirrl_jax.env.state import encode_programs
 from mlirrl_jax.measure.fingerprint import machine_fingerprint
 from mlirrl_jax.programs import suites
 from mlirrl_jax.programs.ir import Program, parse_program
-from mlirrl_jax.splits import TEST, TRAIN, entries, suite_of
+from mlirrl_jax.splits import SPLITS_VERSION, TEST, TRAIN, entries, suite_of
 
 
 class RunError(ValueError):
     """A run folder that cannot be started or resumed as asked."""
+
+
+# the fields a resumed run may change: its budget
+BUDGET_FIELDS = ("minutes", "iterations")
 
 
 def load_programs(split: str, suite_names, progress: bool = False) -> list[Program]:
@@ -42,44 +47,71 @@ def load_programs(split: str, suite_names, progress: bool = False) -> list[Progr
     return [parse_program(e.text, e.uri) for e in bar]
 
 
-def _suites(config: AgentConfig, surrogate: Surrogate) -> tuple[str, ...]:
+def training_suites(config: AgentConfig, surrogate: Surrogate) -> tuple[str, ...]:
+    """The built-in suites whose train split the run trains on: the config's, else those the
+    surrogate was fitted on (its programs of no suite, a user's own, are not among them)."""
     known = set(suites.list_suites())
-    chosen = tuple(s for s in (config.suites or surrogate.suites) if s in known)
+    if config.suites:
+        unknown = sorted(set(config.suites) - known)
+        if unknown:
+            raise RunError(
+                f"unknown suites {unknown} in the config; the suites are {sorted(known)}"
+            )
+        return tuple(config.suites)
+    chosen = tuple(s for s in surrogate.suites if s in known)
     if not chosen:
-        raise RunError(f"no built-in suite to train on among {config.suites or surrogate.suites}")
+        raise RunError(f"the surrogate was fitted on no built-in suite ({list(surrogate.suites)})")
     return chosen
 
 
-def _start(out: Path, config: AgentConfig | None, resume: bool) -> AgentConfig:
+def _start(out: Path, config: AgentConfig | None, resume: bool, budget: dict) -> AgentConfig:
+    """The run's config: a new one (written to config.json), or on resume the run's own, its
+    budget replaced by `budget` if given."""
     saved_path = out / "config.json"
-    if resume:
-        if checkpoint.latest_step(out) is None:
-            raise RunError(f"{out}: nothing to resume (no checkpoint in {out / 'checkpoints'})")
-        saved = AgentConfig.from_json(json.loads(saved_path.read_text()))
-        if config is not None and config != saved:
+    step = checkpoint.latest_step(out)
+    if not resume:
+        if step is not None:
             raise RunError(
-                f"{out}: --config differs from the run's own config.json; resume without --config"
+                f"{out} already holds a run ({step} iterations): add --resume, or choose "
+                "another --out"
             )
-        return saved
-    if saved_path.exists() or checkpoint.latest_step(out) is not None:
-        raise RunError(f"{out} already holds a run: add --resume, or choose another --out")
-    config = config or AgentConfig()
-    out.mkdir(parents=True, exist_ok=True)
-    saved_path.write_text(config.dumps())
-    return config
+        config = AgentConfig.from_json({**(config or AgentConfig()).to_json(), **budget})
+        out.mkdir(parents=True, exist_ok=True)
+        saved_path.write_text(config.dumps())  # a start that never checkpointed starts anew
+        return config
+    if step is None:
+        raise RunError(f"{out}: nothing to resume (no checkpoint in {out / 'checkpoints'})")
+    saved = AgentConfig.from_json(checkpoint.load_meta(out)["config"])
+    if config is not None and config != saved:
+        raise RunError(f"{out}: --config differs from the run's own config; resume without it")
+    unknown = sorted(set(budget) - set(BUDGET_FIELDS))
+    if unknown:
+        raise RunError(
+            f"a resumed run keeps its config but for its budget; cannot change {unknown}"
+        )
+    resumed = AgentConfig.from_json({**saved.to_json(), **budget})
+    saved_path.write_text(resumed.dumps())
+    return resumed
 
 
 def _read_metrics(path: Path, up_to: int) -> list[dict]:
-    """The metric lines of iterations up to `up_to` (a resumed run rewrites the rest)."""
+    """The metric lines of iterations up to `up_to` (a resumed run rewrites the rest; a line
+    a kill cut short is dropped)."""
     if not path.is_file():
         return []
-    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [m for m in lines if m["iteration"] <= up_to]
+    lines = []
+    for line in path.read_text().splitlines():
+        try:
+            lines.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return [m for m in lines if m.get("iteration", up_to + 1) <= up_to]
 
 
 def _baselines(out: Path, evaluator: Evaluator, reward_params, surrogate, config) -> dict:
     """Per test program: the heuristic's and the best random schedules' predicted
-    log-speedups, computed once per surrogate and kept in `baselines.json`."""
+    log-speedups (random: uniform over the masked choices, as the fuzzers draw them), computed
+    once per surrogate and kept in `baselines.json`."""
     path = out / "baselines.json"
     if path.is_file():
         saved = json.loads(path.read_text())
@@ -87,7 +119,7 @@ def _baselines(out: Path, evaluator: Evaluator, reward_params, surrogate, config
             return saved
     heuristic = evaluator.heuristic(reward_params)
     random_best = evaluator.random_best(
-        reward_params, config.eval_random_schedules, jax.random.PRNGKey(config.seed + 7)
+        reward_params, config.eval_random_schedules, jax.random.PRNGKey(config.seed)
     )
     saved = {
         "surrogate": surrogate.identity,
@@ -110,13 +142,22 @@ def evaluation_row(names: list[str], agent: np.ndarray, baselines: dict, config)
     return {
         group: {
             "programs": int(rows.sum()),
-            "agent": geomean(agent[rows]),
-            "heuristic": geomean(heuristic[rows]),
-            random_key: geomean(random_best[rows]),
-            "agent_beats_random": float(np.mean(agent[rows] >= random_best[rows] - 1e-6)),
+            "agent": geomean_speedup(agent[rows]),
+            "heuristic": geomean_speedup(heuristic[rows]),
+            random_key: geomean_speedup(random_best[rows]),
+            "agent_at_least_random": float(np.mean(agent[rows] >= random_best[rows] - 1e-6)),
         }
         for group, rows in groups.items()
     }
+
+
+def _check_surrogate(out: Path, meta: dict, surrogate: Surrogate) -> None:
+    recorded = meta.get("surrogate", {})
+    if recorded.get("params_sha256") != surrogate.identity.get("params_sha256"):
+        raise RunError(
+            f"{out} was trained against the surrogate {recorded}; the one loaded now is "
+            f"{surrogate.identity}. Resume with that surrogate (the config's `surrogate`)"
+        )
 
 
 def run_training(
@@ -125,33 +166,60 @@ def run_training(
     resume: bool = False,
     progress: bool = True,
     surrogate: Surrogate | None = None,
+    budget: dict | None = None,
 ) -> dict:
-    """Train (or resume) the run in `out`; returns its summary (also `summary.json`)."""
+    """Train (or resume) the run in `out`; returns its summary (also `summary.json`).
+
+    `budget` ({"minutes": M} or {"iterations": N}) replaces the config's, also on resume. A
+    resumed run with an iteration budget continues exactly as it would have gone on; with a
+    time budget, the step size and entropy anneal by the time trained, so the continuation is
+    the same only up to where the wall clock differs.
+    """
     out = Path(out).resolve()
-    config = _start(out, config, resume)
+    config = _start(out, config, resume, dict(budget or {}))
     surrogate = surrogate or load_surrogate(config.surrogate)
     here = machine_fingerprint()["machine_id"]
-    chosen_suites = _suites(config, surrogate)
+    chosen_suites = training_suites(config, surrogate)
     say = (lambda text: print(text, file=sys.stderr, flush=True)) if progress else (lambda t: None)
     say(
         f"reward: {surrogate.identity.get('kind')} {surrogate.path} (machine "
         f"{surrogate.machine_id or '-'}; this machine is {here}); suites {list(chosen_suites)}"
     )
+    meta = checkpoint.load_meta(out) if resume else {}
+    if resume:
+        _check_surrogate(out, meta, surrogate)
     train_programs = load_programs(TRAIN, chosen_suites, progress)
+    if not train_programs:
+        raise RunError(f"the suites {list(chosen_suites)} have no train programs")
     test_programs = load_programs(TEST, chosen_suites, progress) if config.eval_every else []
+    if config.eval_every and not test_programs:
+        say(f"the suites {list(chosen_suites)} have no test programs: no evaluation")
     table = encode_programs(train_programs)
     trainer = make_train(config, surrogate.model, table, np.arange(len(train_programs)))
-    if test_programs:
-        evaluator = Evaluator(trainer.env, test_programs, trainer.graphdef)
-        test_reward = evaluator.prepare(surrogate.params)
+    steps_per_iteration = config.envs * config.steps
+    trained_s = meta.get("trained_seconds", 0.0)
+
+    def budget_progress(iterations_done: int, seconds: float):
+        if config.iterations:
+            return budget_share(iterations_done, config.iterations)
+        return np.float32(seconds / (60.0 * config.minutes))
+
+    done = meta.get("iteration", 0)
+    if resume and budget_progress(done, trained_s) >= 1.0:
+        say(f"{out} finished its budget at {done} iterations: raise --iterations or --minutes")
+        return (
+            json.loads((out / "summary.json").read_text())
+            if (out / "summary.json").is_file()
+            else {}
+        )
+    evaluator = Evaluator(trainer.env, test_programs, trainer.graphdef) if test_programs else None
+    test_reward = evaluator.prepare(surrogate.params) if evaluator else None
     say(
         f"{len(train_programs)} train programs, {len(test_programs)} test programs; "
         f"{config.envs} environments x {config.steps} steps per iteration on "
         f"{trainer.devices} device(s)"
     )
-    baselines = (
-        _baselines(out, evaluator, test_reward, surrogate, config) if config.eval_every else {}
-    )
+    baselines = _baselines(out, evaluator, test_reward, surrogate, config) if evaluator else {}
     names = [p.name for p in test_programs]
 
     key = jax.random.PRNGKey(config.seed)
@@ -159,19 +227,12 @@ def run_training(
         like = jax.eval_shape(lambda: trainer.init(key, surrogate.params))
         state, meta = checkpoint.restore(out, like)
         state = trainer.place(state)
-        trained_s = meta["trained_seconds"]
     else:
-        state, meta, trained_s = trainer.init(key, surrogate.params), {}, 0.0
-    model_params = trainer.replicate(surrogate.params)
+        state = trainer.init(key, surrogate.params)
+    reward_params = trainer.prepare(surrogate.params)
     done = int(state.iteration)
     metrics = _read_metrics(out / "metrics.jsonl", done)
-    steps_per_iteration = config.envs * config.steps
     iteration = jax.jit(trainer.iteration)
-
-    def budget_progress(iterations_done: int, seconds: float) -> float:
-        if config.iterations:
-            return iterations_done / config.iterations
-        return seconds / (60.0 * config.minutes)
 
     def checkpoint_meta() -> dict:
         return {
@@ -180,14 +241,16 @@ def run_training(
             "trained_seconds": trained_s,
             "env_steps": done * steps_per_iteration,
             "machine_id": here,
+            "splits_version": SPLITS_VERSION,
         }
 
     def evaluate(row: dict) -> None:  # on one device, the evaluator's
         agent = evaluator.greedy(jax.device_put(state.params, jax.devices()[0]), test_reward)
         row["test"] = evaluation_row(names, agent, baselines, config)
 
+    checkpoint.save(out, state, checkpoint_meta())  # resumable from the first moment
     compile_started = time.perf_counter()
-    compiled = iteration.lower(state, model_params, 0.0).compile()
+    compiled = iteration.lower(state, reward_params, budget_progress(done, trained_s)).compile()
     say(f"compiled the training iteration in {time.perf_counter() - compile_started:.1f} s")
     total = config.iterations or 60.0 * config.minutes
     bar = tqdm(
@@ -195,49 +258,47 @@ def run_training(
         initial=done if config.iterations else min(trained_s, total),
         unit="it" if config.iterations else "s",
         disable=not progress,
-        bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} [{elapsed}<{remaining}{postfix}]",
+        bar_format="{l_bar}{bar}| {n:.0f}/{total_fmt} [{elapsed}<{remaining}{postfix}]",
     )
     last_checkpoint = time.perf_counter()
     metrics_file = out / "metrics.jsonl"
     metrics_file.write_text("".join(json.dumps(m) + "\n" for m in metrics))
-    with metrics_file.open("a") as sink:
-        while budget_progress(done, trained_s) < 1.0:
-            started = time.perf_counter()
-            state, values = compiled(state, model_params, budget_progress(done, trained_s))
-            values = {k: float(v) for k, v in jax.device_get(values).items()}
-            seconds = time.perf_counter() - started
-            trained_s += seconds
-            done += 1
-            row = {
-                "iteration": done,
-                "trained_seconds": trained_s,
-                "env_steps": done * steps_per_iteration,
-                "steps_per_second": steps_per_iteration / seconds,
-                "mean_predicted_speedup": float(np.exp(values["mean_log_speedup"])),
-                **values,
-            }
-            finished = budget_progress(done, trained_s) >= 1.0
-            if config.eval_every and (done % config.eval_every == 0 or finished or done == 1):
-                evaluate(row)
-            metrics.append(row)
-            sink.write(json.dumps(row) + "\n")
-            sink.flush()
-            bar.update(1 if config.iterations else seconds)
-            postfix = {
-                "steps/s": f"{row['steps_per_second']:,.0f}",
-                "speedup": f"{row['mean_predicted_speedup']:.2f}x",
-            }
-            latest_test = next((m["test"]["all"] for m in reversed(metrics) if "test" in m), None)
-            if latest_test:
-                postfix["test"] = (
-                    f"{latest_test['agent']:.2f}x (heur. {latest_test['heuristic']:.2f}x)"
-                )
-            bar.set_postfix(postfix)
-            if finished or time.perf_counter() - last_checkpoint >= config.checkpoint_seconds:
-                checkpoint.save(out, state, checkpoint_meta())
-                last_checkpoint = time.perf_counter()
-    bar.close()
-    checkpoint.save(out, state, checkpoint_meta())
+    try:
+        with metrics_file.open("a") as sink:
+            while budget_progress(done, trained_s) < 1.0:
+                started = time.perf_counter()
+                state, values = compiled(state, reward_params, budget_progress(done, trained_s))
+                values = {k: float(v) for k, v in jax.device_get(values).items()}
+                seconds = time.perf_counter() - started
+                trained_s += seconds
+                done += 1
+                row = {
+                    "iteration": done,
+                    "trained_seconds": trained_s,
+                    "env_steps": done * steps_per_iteration,
+                    "steps_per_second": steps_per_iteration / seconds,
+                    # None: no episode ended in this iteration
+                    "mean_predicted_speedup": float(np.exp(values["mean_log_speedup"]))
+                    if values["episodes"]
+                    else None,
+                    **values,
+                }
+                finished = budget_progress(done, trained_s) >= 1.0
+                if evaluator and (done % config.eval_every == 0 or finished or done == 1):
+                    evaluate(row)
+                metrics.append(row)
+                sink.write(json.dumps(row) + "\n")
+                sink.flush()
+                bar.update(1 if config.iterations else min(seconds, max(total - bar.n, 0.0)))
+                bar.set_postfix(_postfix(row, metrics))
+                if finished or time.perf_counter() - last_checkpoint >= config.checkpoint_seconds:
+                    checkpoint.save(out, state, checkpoint_meta())
+                    last_checkpoint = time.perf_counter()
+    except KeyboardInterrupt:
+        checkpoint.save(out, state, checkpoint_meta())  # --resume goes on from here
+        raise
+    finally:
+        bar.close()
     final = next((m for m in reversed(metrics) if "test" in m), {})
     summary = {
         "run": str(out),
@@ -247,6 +308,7 @@ def run_training(
         "steps_per_second": done * steps_per_iteration / max(trained_s, 1e-9),
         "machine_id": here,
         "surrogate": surrogate.identity,
+        "splits_version": SPLITS_VERSION,
         "train_programs": len(train_programs),
         "test_programs": len(test_programs),
         "test": final.get("test", {}),
@@ -255,3 +317,15 @@ def run_training(
     save_learning_curve(metrics, out / "learning_curve.png", config)
     say(format_summary(summary, config))
     return summary
+
+
+def _postfix(row: dict, metrics: list[dict]) -> dict:
+    """The progress bar's figures: steps/s, the mean predicted speedup of the episodes that
+    ended, and the latest evaluation on the test programs."""
+    postfix = {"steps/s": f"{row['steps_per_second']:,.0f}"}
+    if row["mean_predicted_speedup"]:
+        postfix["speedup"] = f"{row['mean_predicted_speedup']:.2f}x"
+    latest = next((m["test"]["all"] for m in reversed(metrics) if "test" in m), None)
+    if latest:
+        postfix["test"] = f"{latest['agent']:.2f}x (heur. {latest['heuristic']:.2f}x)"
+    return postfix

@@ -4,13 +4,13 @@ the agent sees only a `LogTimeModel` and its parameter pytree."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mlirrl_jax.env.reward import AnalyticLogTime, LogTimeModel
+from mlirrl_jax.shipped import SHIPPED_SURROGATE
 
-SHIPPED_SURROGATE = Path(__file__).resolve().parents[2] / "data" / "cost_model"
 ANALYTIC = "analytic"
 # the suites the shipped surrogates were fitted on, for a checkpoint that does not say
 DEFAULT_SUITES = ("dl-v0", "shapes-v0", "shapes-v1", "shapes-v2")
@@ -23,9 +23,8 @@ class Surrogate:
     model: LogTimeModel
     params: Any
     identity: dict
-    suites: tuple[str, ...]  # the suites whose train split it was fitted on
+    suites: tuple[str, ...]  # the suites whose train split it was fitted on (or trains on)
     path: str = ""
-    meta: dict = field(default_factory=dict)
 
     @property
     def machine_id(self) -> str:
@@ -35,7 +34,7 @@ class Surrogate:
 def load_surrogate(spec: str = "") -> Surrogate:
     """`spec`: "" (the shipped surrogate), "analytic", or a saved cost model's folder."""
     if spec == ANALYTIC:
-        return Surrogate(AnalyticLogTime(), (), {"kind": ANALYTIC}, ("dl-v0",), ANALYTIC)
+        return Surrogate(AnalyticLogTime(), (), {"kind": ANALYTIC}, DEFAULT_SUITES, ANALYTIC)
     from cost_model.api import CostModel
 
     path = Path(spec) if spec else SHIPPED_SURROGATE
@@ -46,5 +45,4 @@ def load_surrogate(spec: str = "") -> Surrogate:
         identity={"kind": "surrogate", "path": str(path.resolve()), **model.identity},
         suites=tuple(model.meta.get("suites") or DEFAULT_SUITES),
         path=str(path.resolve()),
-        meta=model.meta,
     )

@@ -1,14 +1,16 @@
 """PPO on the jitted environment: the whole iteration is one jitted function.
 
-`make_train(config, env, table, pool)` gives `Trainer.init(key)` and `Trainer.iteration(state,
-model_params, progress)`: a rollout of `config.steps` steps of `config.envs` environments
-(`vmap` inside the batched environment, `lax.scan` over steps), GAE, then `config.epochs`
-passes of minibatch updates, all under one `jit`. The cost model's parameters are an argument
-of the iteration, so a fine-tuned surrogate does not recompile it, and metrics come back as
-returned arrays (never a callback per step). With several host devices the environments are
-split across them and the gradients averaged (`shard_map`). `make_train(...).train(key,
-model_params)` runs `config.iterations` iterations in one `lax.scan`, PureJaxRL's
-`make_train(config) -> train(key)`.
+`make_train(config, model, table, pool)` gives a `Trainer`: `prepare(model_params)` turns the
+cost model's parameters into the reward's (`RewardParams`: once per weights, jitted);
+`init(key, model_params)` makes the network, optimizer and environments; and
+`iteration(state, reward_params, progress)` is a rollout of `config.steps` steps of
+`config.envs` environments (`vmap` inside the batched environment, `lax.scan` over steps),
+GAE, then `config.epochs` passes of minibatch updates, all under one `jit`. The reward's
+parameters are an argument of the iteration, so a fine-tuned surrogate does not recompile it,
+and metrics come back as returned arrays (never a callback per step). With several host devices
+the environments are split across them and the gradients averaged (`shard_map`).
+`Trainer.train(key, model_params)` runs `config.iterations` iterations from a fresh start in
+one `lax.scan`: PureJaxRL's `make_train(config) -> train(key)`.
 """
 
 from __future__ import annotations
@@ -24,10 +26,10 @@ from flax import struct
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from mlirrl_jax.agent.losses import Batch, compute_gae, ppo_loss
-from mlirrl_jax.agent.networks import NetworkConfig, act, build, value
+from mlirrl_jax.agent.networks import NetworkConfig, abstract, act, build, value
 from mlirrl_jax.env.jax_env import MAX_EPISODE_STEPS, JaxEnv
 from mlirrl_jax.env.observation import Observation
-from mlirrl_jax.env.reward import ShapedReward, TerminalReward
+from mlirrl_jax.env.reward import RewardParams, ShapedReward, TerminalReward
 from mlirrl_jax.env.state import EnvState, ProgramTable
 
 REWARDS = {"terminal": TerminalReward, "shaped": ShapedReward}
@@ -109,6 +111,16 @@ class AgentConfig:
             raise ValueError("eval_every must be >= 0 and eval_random_schedules >= 1")
         if not 1 <= self.max_episode_steps <= MAX_EPISODE_STEPS:
             raise ValueError(f"max_episode_steps must lie in [1, {MAX_EPISODE_STEPS}]")
+        if self.iterations < 0 or self.minutes < 0 or not (self.iterations or self.minutes):
+            raise ValueError(
+                f"the budget needs iterations > 0 or minutes > 0 (iterations {self.iterations}, "
+                f"minutes {self.minutes})"
+            )
+        for name in ("gamma", "gae_lambda"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must lie in [0, 1], got {getattr(self, name)}")
+        if self.clip <= 0 or self.devices < 0 or self.checkpoint_seconds < 0:
+            raise ValueError("clip must be positive; devices and checkpoint_seconds >= 0")
 
     def to_json(self) -> dict:
         out = asdict(self)
@@ -124,11 +136,14 @@ class AgentConfig:
         if unknown:
             raise ValueError(f"unknown config keys {unknown}; known: {sorted(known)}")
         values = dict(data)
-        if "network" in values:
-            network = values["network"]
-            values["network"] = (
-                network if isinstance(network, NetworkConfig) else NetworkConfig(**network)
-            )
+        if "network" in values and not isinstance(values["network"], NetworkConfig):
+            network_keys = {f.name for f in fields(NetworkConfig)}
+            unknown = sorted(set(values["network"]) - network_keys)
+            if unknown:
+                raise ValueError(
+                    f"unknown network config keys {unknown}; known: {sorted(network_keys)}"
+                )
+            values["network"] = NetworkConfig(**values["network"])
         if "suites" in values:
             values["suites"] = tuple(values["suites"])
         return cls(**values)
@@ -178,21 +193,37 @@ def _optimizer(config: AgentConfig) -> optax.GradientTransformation:
     )
 
 
+def budget_share(done, total) -> jax.Array:
+    """The share of an iteration budget done, in float32 (the same bits on the host and in
+    a scan, so that a run and its resumed continuation anneal identically)."""
+    return jnp.asarray(done, jnp.float32) / jnp.float32(total)
+
+
 def _anneal(start: float, end: float, progress: jax.Array) -> jax.Array:
     return start + (end - start) * jnp.clip(progress, 0.0, 1.0)
 
 
+def _splits_over(config: AgentConfig, count: int) -> bool:
+    """Whether the environments, and each device's transitions, split over `count` devices."""
+    return (
+        config.envs % count == 0 and (config.envs // count * config.steps) % config.minibatches == 0
+    )
+
+
 def device_count(config: AgentConfig) -> int:
-    """Host devices the run splits its environments across."""
+    """Host devices the run splits its environments across: `config.devices`, or (0) the most
+    of this process's devices that the environments and minibatches split over evenly."""
     available = jax.device_count()
-    count = config.devices or available
-    if count > available:
-        raise ValueError(f"config asks for {count} devices; this process has {available}")
-    if config.envs % count:
-        raise ValueError(f"envs ({config.envs}) must split evenly over {count} devices")
-    if (config.envs // count * config.steps) % config.minibatches:
-        raise ValueError("each device's transitions must split into the minibatches")
-    return count
+    if not config.devices:
+        return max(c for c in range(1, available + 1) if _splits_over(config, c))
+    if config.devices > available:
+        raise ValueError(f"config asks for {config.devices} devices; this process has {available}")
+    if not _splits_over(config, config.devices):
+        raise ValueError(
+            f"envs ({config.envs}) x steps ({config.steps}) do not split over {config.devices} "
+            f"devices into {config.minibatches} minibatches each: change envs or devices"
+        )
+    return config.devices
 
 
 @dataclass(frozen=True)
@@ -205,14 +236,22 @@ class Trainer:
     pool: jax.Array  # (programs,) int32 rows of `table` the environments draw from
     graphdef: Any
     devices: int
+    _jitted: dict = field(default_factory=dict, repr=False, compare=False)
 
     def init(self, key: jax.Array, model_params) -> TrainingState:
-        """Fresh network, optimizer and environments (the first episodes' baselines come from
-        the model's `model_params`); jitted, and laid out over the devices as `iteration`
-        takes it."""
+        """A fresh start: the network (its weights seeded by `config.seed`), optimizer and
+        environments (drawn with `key`; the first episodes' baselines come from the model's
+        `model_params`); jitted, and laid out over the devices as `iteration` takes it."""
         return self.place(jax.jit(self._init)(key, model_params))
 
-    def _mesh(self) -> Mesh:
+    def prepare(self, model_params) -> RewardParams:
+        """The reward's parameters for the cost model's `model_params` (its per-program work
+        and every program's predicted baseline), on the run's devices: once per weights."""
+        if "prepare" not in self._jitted:
+            self._jitted["prepare"] = jax.jit(lambda p: self.env.reward.prepare(p, self.table))
+        return self.replicate(self._jitted["prepare"](model_params))
+
+    def mesh(self) -> Mesh:
         return Mesh(jax.devices()[: self.devices], (AXIS,))
 
     def _specs(self) -> TrainingState:
@@ -231,13 +270,13 @@ class Trainer:
         """A pytree (the cost model's parameters) copied to each of the run's devices."""
         if self.devices == 1:
             return jax.device_put(tree, jax.devices()[0])
-        return jax.device_put(tree, NamedSharding(self._mesh(), PartitionSpec()))
+        return jax.device_put(tree, NamedSharding(self.mesh(), PartitionSpec()))
 
     def place(self, state: TrainingState) -> TrainingState:
         """`state` on the run's devices: the environments split, the rest replicated."""
         if self.devices == 1:
             return jax.device_put(state, jax.devices()[0])
-        mesh = self._mesh()
+        mesh = self.mesh()
         shardings = jax.tree.map(
             lambda spec, part: jax.tree.map(lambda _: NamedSharding(mesh, spec), part),
             self._specs(),
@@ -251,7 +290,7 @@ class Trainer:
         key, env_key = jax.random.split(key)
         reward_params = self.env.reward.prepare(model_params, self.table)
         states, timestep = self.env.reset(
-            reward_params, jax.random.split(env_key, self.config.envs), self.table, self.pool
+            reward_params, self.table, self.pool, jax.random.split(env_key, self.config.envs)
         )
         return TrainingState(
             params=params,
@@ -328,14 +367,13 @@ class Trainer:
             {**info, "learning_rate": learning_rate, "entropy_coef": entropy_coef},
         )
 
-    def _local_iteration(self, state: TrainingState, model_params, progress, axis: str | None):
+    def _local_iteration(self, state: TrainingState, reward_params, progress, axis: str | None):
         config = self.config
         key, rollout_key, update_key = jax.random.split(state.key, 3)
         if axis:  # each device its own samples; the shared key stays replicated
             index = jax.lax.axis_index(axis)
             rollout_key = jax.random.fold_in(rollout_key, index)
             update_key = jax.random.fold_in(update_key, index)
-        reward_params = self.env.reward.prepare(model_params, self.table)
         states, observation, t = self._rollout(
             state.params, reward_params, state.env_states, state.observation, rollout_key
         )
@@ -378,30 +416,36 @@ class Trainer:
         new = TrainingState(params, opt_state, states, observation, key, state.iteration + 1)
         return new, metrics
 
-    def iteration(self, state: TrainingState, model_params, progress) -> tuple[TrainingState, dict]:
+    def iteration(
+        self, state: TrainingState, reward_params: RewardParams, progress
+    ) -> tuple[TrainingState, dict]:
         """One PPO iteration (jit it: `jax.jit(trainer.iteration)`); `progress` in [0, 1] is
         the share of the budget done, which anneals the step size and the entropy bonus. The
-        state comes from `init` or `place`, the model's parameters from `replicate`."""
+        state comes from `init` or `place`, the reward's parameters from `prepare`."""
         progress = jnp.asarray(progress, jnp.float32)
         if self.devices == 1:
-            return self._local_iteration(state, model_params, progress, None)
+            return self._local_iteration(state, reward_params, progress, None)
         specs = self._specs()
         run = jax.shard_map(
             lambda s, m, p: self._local_iteration(s, m, p, AXIS),
-            mesh=self._mesh(),
+            mesh=self.mesh(),
             in_specs=(specs, PartitionSpec(), PartitionSpec()),
             out_specs=(specs, PartitionSpec()),
             check_vma=False,
         )
-        return run(state, model_params, progress)
+        return run(state, reward_params, progress)
 
     def train(self, key: jax.Array, model_params) -> tuple[TrainingState, dict]:
-        """`config.iterations` iterations from a fresh start in one `lax.scan` (jittable);
-        metrics stacked per iteration."""
-        total = max(self.config.iterations, 1)
+        """`config.iterations` iterations from a fresh start in one `lax.scan` (jittable; on
+        one device); metrics stacked per iteration. The same iterations as `run_training`'s
+        (the same progress values: `budget_share(i, total)`)."""
+        total = self.config.iterations
+        if not total:
+            raise ValueError("train() runs config.iterations iterations: set iterations > 0")
+        reward_params = self.env.reward.prepare(model_params, self.table)
 
         def body(state, i):
-            return self.iteration(state, model_params, i / total)
+            return self.iteration(state, reward_params, budget_share(i, total))
 
         return jax.lax.scan(body, self._init(key, model_params), jnp.arange(total))
 
@@ -409,7 +453,7 @@ class Trainer:
 def make_train(config: AgentConfig, model, table: ProgramTable, pool: jax.Array) -> Trainer:
     """The run's jitted pieces: PPO over `config.reward` of the `LogTimeModel` `model`, on
     the programs `pool` (rows of `table`)."""
-    graphdef, _ = build(config.network, config.seed)
+    graphdef, _ = abstract(config.network)
     return Trainer(
         config=config,
         env=make_env(config, model),

@@ -67,7 +67,19 @@ class TimeStep:
     truncated: jax.Array  # () bool: cut at the step limit before its schedule was finished
     invalid_action: jax.Array  # () bool: the action broke a mask and was replaced
     applied_action: jax.Array  # (ACTION_WIDTH,) int32: the action as applied (after masks)
-    log_speedup: jax.Array  # () float32: predicted log-speedup where the reward evaluated it
+    log_speedup: jax.Array  # () float32: the finished schedule's predicted log-speedup (0 else)
+
+
+def _unit_windows(table: ProgramTable, state: EnvState, c) -> jax.Array:
+    """(2,) bool: which of op `c`'s sliding windows (H, W) have their output row and window
+    row tiled to 1, both loops still there: what decomposition needs."""
+    p = state.program
+    window_out, window_in = table.window_out[p, c], table.window_in[p, c]
+    extents, alive = state.extents[c], state.alive[c]
+    out, inner = jnp.maximum(window_out, 0), jnp.maximum(window_in, 0)
+    return (
+        (window_out >= 0) & (extents[out] == 1) & (extents[inner] == 1) & alive[out] & alive[inner]
+    )
 
 
 def action_mask(table: ProgramTable, state: EnvState) -> ActionMask:
@@ -88,11 +100,8 @@ def action_mask(table: ProgramTable, state: EnvState) -> ActionMask:
     free = ~in_interchange & ~state.done
     fused = state.fused_into[c] >= 0
     has_producers = jnp.any(table.fusion_consumer[p] == c)
-    window_out, window_in = table.window_out[p, c], table.window_in[p, c]
-    is_window = window_out[0] >= 0
-    unit = (window_out >= 0) & (extents[jnp.maximum(window_out, 0)] == 1)
-    unit &= extents[jnp.maximum(window_in, 0)] == 1
-    unit &= alive[jnp.maximum(window_out, 0)] & alive[jnp.maximum(window_in, 0)]
+    is_window = table.window_out[p, c, 0] >= 0
+    unit = _unit_windows(table, state, c)
     vector_points = jnp.prod(jnp.where(alive, extents, 1))
     parallel_ok = free & ~fused & jnp.any(fits & ~reduction[:, None])
     legal = jnp.zeros(N_KINDS, bool)
@@ -200,10 +209,8 @@ def _interchange(state: EnvState, c, pointer) -> EnvState:
 def _decompose(table: ProgramTable, state: EnvState, c) -> EnvState:
     p = state.program
     window_out, window_in = table.window_out[p, c], table.window_in[p, c]
-    extents, alive = state.extents[c], state.alive[c]
-    unit = (window_out >= 0) & (extents[jnp.maximum(window_out, 0)] == 1)
-    unit &= (extents[jnp.maximum(window_in, 0)] == 1) & alive[jnp.maximum(window_out, 0)]
-    w = jnp.argmax(unit)  # the H window first, as MLIR's decomposition does
+    alive = state.alive[c]
+    w = jnp.argmax(_unit_windows(table, state, c))  # the H window first, as MLIR decomposes
     gone = (jnp.arange(MAX_LOOPS) == window_out[w]) | (jnp.arange(MAX_LOOPS) == window_in[w])
     order = state.order[c]
     dead = (order < 0) | jnp.isin(order, jnp.where(gone, jnp.arange(MAX_LOOPS), -2))
@@ -217,10 +224,7 @@ def _decompose(table: ProgramTable, state: EnvState, c) -> EnvState:
 
 
 def _advance(state: EnvState, move) -> EnvState:
-    return state.replace(
-        cursor=jnp.where(move, state.cursor - 1, state.cursor),
-        steps_in_op=jnp.where(move, 0, state.steps_in_op),
-    )
+    return state.replace(cursor=jnp.where(move, state.cursor - 1, state.cursor))
 
 
 def transition(
@@ -250,7 +254,6 @@ def transition(
     new = new.replace(
         phase=jnp.where(moved, new.phase.at[c].set(jnp.asarray(PHASE_OF)[kind]), new.phase),
         steps=state.steps + 1,
-        steps_in_op=state.steps_in_op + 1,
     )
     new = _advance(new, jnp.asarray(ENDS_OP)[kind])
     new = jax.tree.map(lambda a, b: jnp.where(active, a, b), new, state)
@@ -278,20 +281,17 @@ class JaxEnv:
     max_steps: int = MAX_EPISODE_STEPS  # an episode cut here is truncated (never, by default)
     auto_reset: bool = True  # a finished episode restarts on a random program of the pool
 
+    def _observe_one(self, table: ProgramTable, state: EnvState) -> Observation:
+        return observe(table, state, action_mask(table, state), self.max_steps)
+
     def observe(self, table: ProgramTable, states: EnvState) -> Observation:
         """Observations of a batch of states."""
-
-        def one(state):
-            return observe(table, state, action_mask(table, state), self.max_steps)
-
-        return jax.vmap(one)(states)
+        return jax.vmap(lambda s: self._observe_one(table, s))(states)
 
     def observation_spec(self, table: ProgramTable) -> Observation:
         """Shapes and dtypes of one environment's observation (jax.ShapeDtypeStruct leaves)."""
         state = jax.eval_shape(lambda: initial_state(table, jnp.int32(0), jax.random.PRNGKey(0)))
-        return jax.eval_shape(
-            lambda s: observe(table, s, action_mask(table, s), self.max_steps), state
-        )
+        return jax.eval_shape(lambda s: self._observe_one(table, s), state)
 
     @staticmethod
     def action_spec() -> dict:
@@ -342,7 +342,7 @@ class JaxEnv:
         return jax.vmap(one)(keys)
 
     def reset(
-        self, params: RewardParams, keys: jax.Array, table: ProgramTable, pool: jax.Array
+        self, params: RewardParams, table: ProgramTable, pool: jax.Array, keys: jax.Array
     ) -> tuple[EnvState, TimeStep]:
         """Start (B,) episodes, one per key, on programs drawn from `pool` (program rows)."""
         keys, programs = self._draw(keys, pool)

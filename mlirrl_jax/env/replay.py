@@ -100,7 +100,6 @@ class HostState:
             key=np.zeros(2, np.uint32),
             program=np.int32(program_index),
             steps=np.int32(0),
-            steps_in_op=np.int32(0),
             ix_count=np.int32(0),
             ix_order=np.full(MAX_LOOPS, -1, np.int32),
             base_log_time=np.float32(0.0),
@@ -191,7 +190,8 @@ def state_of_schedule(program: Program, schedule: Schedule) -> HostState:
     schedule. A tile as large as its loop tiles nothing and is recorded as 0."""
     state = HostState.initial(program)
     for op in reversed(program.ops):
-        assert state.cursor == op.id  # the episode's op order: consumers first
+        if state.cursor != op.id:  # the episode's op order: consumers first, by id
+            raise ScheduleError(f"{program.name}: op {op.id} out of the order the ops have")
         transforms = schedule.transforms_of(op.id)
         for t in transforms:
             kind = KIND_OF_TRANSFORM[t.kind]

@@ -4,7 +4,8 @@ A cost model enters the environment as a `LogTimeModel`: `prepare(params, table)
 per-program work once for a parameter pytree (the surrogate's first-layer embeddings, say), and
 `log_time(context, table, states)` predicts a batch of states. A reward is built on one:
 `TerminalReward` pays the predicted log-speedup when an episode ends, `ShapedReward` pays each
-step's decrease of predicted log time (potential-based: the two give the same returns). Both
+step's decrease of predicted log time (potential-based: undiscounted, the two give a finished
+episode the same return). Both
 take `RewardParams` from their `prepare`, so a fine-tuned surrogate is a new argument to a
 jitted function, not a recompile; the environment never imports the cost model.
 """
@@ -132,7 +133,8 @@ class TerminalReward(Reward):
 
 @dataclass(frozen=True)
 class ShapedReward(Reward):
-    """Each step's decrease of predicted log time; the model runs on every state."""
+    """Each step's decrease of predicted log time (summed over a finished episode: its
+    predicted log-speedup, as `TerminalReward` pays); the model runs on every state."""
 
     def __call__(self, params, table, before, action, after):
         log_time = self.model.log_time(params.context, table, after).astype(jnp.float32)

@@ -200,7 +200,6 @@ class EnvState:
     program: jax.Array  # () int32, row of the program table
     cursor: jax.Array  # () int32, the op being scheduled; -1 when the episode is over
     steps: jax.Array  # () int32, steps taken in the episode
-    steps_in_op: jax.Array  # () int32
     phase: jax.Array  # (MAX_OPS,) int32, last grammar phase reached per op
     n_tiles: jax.Array  # (MAX_OPS,) int32, tiling levels applied
     extents: jax.Array  # (MAX_OPS, MAX_LOOPS) int32, current (tile) extent per original loop
@@ -233,7 +232,6 @@ def initial_state(table: ProgramTable, program: jax.Array, key: jax.Array) -> En
         program=jnp.asarray(program, jnp.int32),
         cursor=table.n_ops[program] - 1,
         steps=jnp.int32(0),
-        steps_in_op=jnp.int32(0),
         phase=jnp.zeros(MAX_OPS, jnp.int32),
         n_tiles=jnp.zeros(MAX_OPS, jnp.int32),
         extents=extents,

@@ -1,0 +1,9 @@
+"""Where the data that ships with the project lies: the seed measurements and the surrogate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+SHIPPED_SURROGATE = DATA / "cost_model"  # the surrogate `train` and the demo use by default
+SHIPPED_SEEDS = DATA / "seed"  # the seed dataset(s), Parquet, with a data card
