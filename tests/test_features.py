@@ -22,7 +22,7 @@ from mlirrl_jax.env.state import encode_programs
 from mlirrl_jax.programs import generate as g
 from mlirrl_jax.programs.ir import parse_program
 from mlirrl_jax.schedule import Schedule
-from tests.test_jax_env import SPECS, random_episodes
+from tests.test_jax_env import random_episodes
 
 M, N, K = 64, 96, 128
 
@@ -171,9 +171,8 @@ def test_a_vectorized_tile_is_one_operation_of_the_nest(matmul):
     assert not np.asarray(locality_features(table, unvectorized))[op, -13:].any()
 
 
-def test_features_are_finite_and_bounded_on_random_episodes():
-    programs = [parse_program(g.render(s), s.name) for s in SPECS]
-    table = encode_programs(programs)
+def test_features_are_finite_and_bounded_on_random_episodes(kernel_programs, kernel_table):
+    programs, table = kernel_programs, kernel_table
     feats = jax.jit(features)
     levels = jax.jit(level_extents)
     for _, states, _ in random_episodes(programs, table, 20, seed=11):
