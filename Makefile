@@ -16,7 +16,7 @@ demo: $(STAMP)
 	$(VENV)/bin/mlirrl-jax demo
 
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadscope
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

@@ -206,11 +206,11 @@ def straight_run():
     for i in range(RUN.iterations):  # as `run_training` calls it
         state, metrics = iteration(state, reward_params, budget_share(i, RUN.iterations))
         history.append({k: float(v) for k, v in metrics.items()})
-    return history, jax.device_get(state)
+    return history, jax.device_get(state), (trainer, iteration, reward_params)
 
 
 def test_training_on_the_analytic_reward_raises_the_return(straight_run):
-    history, _ = straight_run
+    history, _, _ = straight_run
     returns = [m["mean_log_speedup"] for m in history]
     assert all(m["invalid_actions"] == 0.0 and m["episodes"] > 0 for m in history)
     assert np.mean(returns[-3:]) > np.mean(returns[:3]) + 0.5, returns
@@ -238,7 +238,7 @@ def test_a_killed_run_resumes_exactly_where_it_would_have_gone(straight_run, tmp
     assert stopped_at is not None and 3 <= stopped_at < RUN.iterations
     summary = run_training(run, resume=True, progress=False)
     assert summary["iterations"] == RUN.iterations
-    _, expected = straight_run
+    _, expected, _ = straight_run
     restored, _ = checkpoint.restore(run, expected)
     pairs = zip(
         jax.tree_util.tree_flatten_with_path(expected)[0], jax.tree_util.tree_leaves(restored)
@@ -278,17 +278,14 @@ def test_a_killed_run_resumes_exactly_where_it_would_have_gone(straight_run, tmp
     assert "agent schedule 1/" in shown and "transform.named_sequence" in shown
 
 
-def test_train_runs_the_same_iterations_in_one_scan(kernel_table):
-    config = replace(SMALL, envs=16, steps=4, iterations=3)
-    trainer = make_train(
-        config, AnalyticLogTime(), kernel_table, np.arange(kernel_table.n_programs)
-    )
+def test_train_runs_the_same_iterations_in_one_scan(straight_run):
+    _, _, (trainer, iteration, reward_params) = straight_run
+    trainer = replace(trainer, config=replace(trainer.config, iterations=3))
     key = jax.random.PRNGKey(4)
     scanned, metrics = jax.jit(trainer.train)(key, ())
     assert metrics["loss"].shape == (3,)
-    state, reward_params = trainer.init(key, ()), trainer.prepare(())
-    iteration = jax.jit(trainer.iteration)
-    for i in range(3):
+    state = trainer.init(key, ())
+    for i in range(3):  # the straight run's compiled iteration, called one at a time
         state, _ = iteration(state, reward_params, budget_share(i, 3))
     for a, b in zip(jax.tree.leaves(scanned.params), jax.tree.leaves(state.params)):
         assert np.allclose(a, b, atol=1e-5)

@@ -175,7 +175,7 @@ def test_features_are_finite_and_bounded_on_random_episodes(kernel_programs, ker
     programs, table = kernel_programs, kernel_table
     feats = jax.jit(features)
     levels = jax.jit(level_extents)
-    for _, states, _ in random_episodes(programs, table, 20, seed=11):
+    for _, states, _ in random_episodes(programs, table, len(programs), seed=11):
         for state in states[:: max(1, len(states) // 4)] + [states[-1]]:
             f = feats(table, state)
             for array in (f.op_features, f.loop_features):
