@@ -8,6 +8,7 @@ model is tied to the machine its measurements came from; its metadata says which
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -78,6 +79,18 @@ class SurrogateLogTime:
         )
 
 
+# jitted once per network structure: models of the same structure (a model and its updates)
+# share the compiled functions
+@functools.partial(jax.jit, static_argnums=0)
+def _predict_features(graphdef, params, feats):
+    return apply(graphdef, params, feats)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _predict_states(graphdef, params, table: ProgramTable, states: EnvState):
+    return predict_log_time(graphdef, params, *trim_ops(table, states))
+
+
 class CostModel:
     """The trained surrogate."""
 
@@ -85,10 +98,6 @@ class CostModel:
         self.graphdef = graphdef
         self.params = params
         self.meta = meta
-        self._predict_features = jax.jit(lambda p, f: apply(graphdef, p, f))
-        self._predict_states = jax.jit(
-            lambda p, t, s: predict_log_time(graphdef, p, *trim_ops(t, s))
-        )
 
     @property
     def log_time_model(self) -> SurrogateLogTime:
@@ -111,12 +120,12 @@ class CostModel:
     # -- prediction
     def predict_features(self, feats) -> jax.Array:
         """Log times for a batch of `Features`."""
-        return self._predict_features(self.params, feats)
+        return _predict_features(self.graphdef, self.params, feats)
 
     def predict(self, table: ProgramTable, states: EnvState) -> jax.Array:
         """Predicted log times of a batch of states (the network runs on the whole batch, over
         the table's op slots only: `trim_ops`)."""
-        return self._predict_states(self.params, table, states)
+        return _predict_states(self.graphdef, self.params, table, states)
 
     def _predict(self, table: ProgramTable, states: EnvState, embeddings=None) -> jax.Array:
         return predict_log_time(self.graphdef, self.params, table, states, embeddings)
@@ -190,24 +199,72 @@ class CostModel:
             "train": config.to_json(),
             "rows": len(data),
             "programs": len(data.programs),
+            "lineage": [
+                {
+                    "step": "fit",
+                    "machine_id": machine_id,
+                    "rows": len(data),
+                    "programs": len(data.programs),
+                }
+            ],
         }
         return cls(graphdef, params, meta), history
 
-    def update(self, data: Dataset, epochs: int = 20, progress: bool = False) -> CostModel:
-        """Fine-tune from the current weights on new measurements; returns the new model."""
+    def update(
+        self,
+        data: Dataset,
+        epochs: int = 20,
+        progress: bool = False,
+        machine_id: str | None = None,
+        anchor: Dataset | None = None,
+        note: str = "",
+    ) -> CostModel:
+        """Fine-tune from the current weights on `data` (measurements of `machine_id`; by
+        default the model's own machine) and, if given, `anchor`: unmeasured states labeled by
+        a frozen model (see `regrounding`), which keep what the weights knew where the new
+        rows say nothing. Returns the new model; its meta's `lineage` gains a step naming the
+        machine, the rows and the prior weights."""
         config = TrainConfig(
             **{**self.meta["train"], "model": ModelConfig(**self.meta["train"]["model"])}
         )
         config = replace(config, epochs=epochs, learning_rate=config.learning_rate / 4)
+        train_on = data if anchor is None else data.concat(anchor)
         graphdef, params, _ = fit(
-            data, config, init=(self.graphdef, self.params), progress=progress
+            train_on, config, init=(self.graphdef, self.params), progress=progress
         )
+        machine = machine_id or self.meta.get("machine_id", "")
+        step = {
+            "step": "update",
+            "machine_id": machine,
+            "rows": len(data),
+            "programs": len(data.programs),
+            "anchor_states": 0 if anchor is None else len(anchor),
+            "epochs": epochs,
+            "from": self.identity,
+            **({"note": note} if note else {}),
+        }
         meta = {
             **self.meta,
+            "machine_id": machine,
             "updates": self.meta.get("updates", 0) + 1,
             "rows": self.meta["rows"] + len(data),
+            "prior": self.meta.get("prior") or self.identity,
+            "lineage": [*self.lineage, step],
         }
         return CostModel(graphdef, params, meta)
+
+    @property
+    def lineage(self) -> list[dict]:
+        """How these weights came to be: the fit (machine, rows) and each update since."""
+        if "lineage" in self.meta:
+            return list(self.meta["lineage"])
+        fitted = {
+            "step": "fit",
+            "machine_id": self.meta.get("machine_id", ""),
+            "rows": self.meta.get("rows", 0),
+            "programs": self.meta.get("programs", 0),
+        }
+        return [fitted]
 
     # -- persistence
     def save(self, directory: str | os.PathLike) -> Path:
@@ -266,7 +323,7 @@ class AnalyticModel:
     def predict(table: ProgramTable, states: EnvState) -> jax.Array:
         return AnalyticLogTime().log_time((), table, states)
 
-    def update(self, data: Dataset, epochs: int = 0, progress: bool = False) -> AnalyticModel:
+    def update(self, data: Dataset, epochs: int = 0, progress: bool = False, **_) -> AnalyticModel:
         return self  # nothing to learn
 
     def save(self, directory: str | os.PathLike) -> Path:

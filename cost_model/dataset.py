@@ -7,6 +7,7 @@ and `features` reads the state reached.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import jax
@@ -44,6 +45,7 @@ class Dataset:
     families: list[str]  # per program: model family of the suite, "user" otherwise
     table: ProgramTable
     skipped: int = 0  # stored rows whose schedule is not expressible in the action space
+    schedule_hash: np.ndarray | None = None  # (N,) str: the stored rows' schedule hashes
 
     def __len__(self) -> int:
         return int(self.log_time.shape[0])
@@ -59,6 +61,7 @@ class Dataset:
             self.programs,
             self.families,
             self.table,
+            schedule_hash=None if self.schedule_hash is None else self.schedule_hash[rows],
         )
 
     def concat(self, other: Dataset) -> Dataset:
@@ -73,6 +76,9 @@ class Dataset:
             self.programs,
             self.families,
             self.table,
+            schedule_hash=None
+            if self.schedule_hash is None or other.schedule_hash is None
+            else join(self.schedule_hash, other.schedule_hash),
         )
 
     def of_programs(self, programs: set[int]) -> Dataset:
@@ -108,16 +114,18 @@ def map_in_chunks(fn, *trees, size: int = 1024, progress: str | None = None):
     return jax.tree.map(lambda *chunks: np.concatenate(chunks), *outputs)
 
 
+@jax.jit
+def _featurize_chunk(table: ProgramTable, ids, actions):
+    states = jax.vmap(run_actions, in_axes=(None, 0, 0))(table, ids, actions)
+    return states, jax.vmap(features, in_axes=(None, 0))(table, states)
+
+
 def featurize(
     table: ProgramTable, program_ids: np.ndarray, action_batches: np.ndarray
 ) -> tuple[EnvState, Features]:
-    """The states each action sequence reaches, and their features (batched, jitted)."""
-
-    @jax.jit
-    def one_chunk(ids, actions):
-        states = jax.vmap(run_actions, in_axes=(None, 0, 0))(table, ids, actions)
-        return states, jax.vmap(features, in_axes=(None, 0))(table, states)
-
+    """The states each action sequence reaches, and their features (batched, jitted once per
+    table shape)."""
+    one_chunk = functools.partial(_featurize_chunk, table)
     return map_in_chunks(one_chunk, program_ids, action_batches)
 
 
@@ -175,14 +183,36 @@ def padded_actions(program: Program, schedule: Schedule) -> np.ndarray:
     return padded
 
 
-def load_dataset(store: MeasurementStore, machine_id: str, threads: int = 1) -> Dataset:
-    """Every verified measurement of one machine, featurized."""
-    rows = [r for r in store.rows(machine_id=machine_id, status="ok") if r["threads"] == threads]
+def load_dataset(
+    store: MeasurementStore,
+    machine_id: str,
+    threads: int = 1,
+    programs: set[str] | None = None,
+    table_programs: list[Program] | None = None,
+) -> Dataset:
+    """Every verified measurement of one machine (of the programs with these hashes, if
+    given), featurized. `table_programs`: the dataset's programs and table are these (which
+    must include every program with rows), so that datasets of one job share a table shape
+    and its compiled functions."""
+    if programs is None:
+        found = store.rows(machine_id=machine_id, status="ok")
+    else:
+        found = (
+            r
+            for h in sorted(programs)
+            for r in store.rows(machine_id=machine_id, status="ok", program_hash=h)
+        )
+    rows = [r for r in found if r["threads"] == threads]
     if not rows:
         raise ValueError(f"{store.path} has no verified measurements of machine {machine_id}")
-    hashes = sorted({r["program_hash"] for r in rows})
-    programs = [store.program(h) for h in hashes]
-    index = {h: i for i, h in enumerate(hashes)}
+    if table_programs is None:
+        programs = [store.program(h) for h in sorted({r["program_hash"] for r in rows})]
+    else:
+        programs = list(table_programs)
+    index = {p.hash: i for i, p in enumerate(programs)}
+    missing = {r["program_hash"] for r in rows} - set(index)
+    if missing:
+        raise ValueError(f"{len(missing)} programs with rows are not among table_programs")
     kept, actions, skipped = [], [], 0
     for r in rows:
         program = programs[index[r["program_hash"]]]
@@ -205,6 +235,7 @@ def load_dataset(store: MeasurementStore, machine_id: str, threads: int = 1) -> 
         families=[_family(p.name) for p in programs],
         table=table,
         skipped=skipped,
+        schedule_hash=np.array([r["schedule_hash"] for r in kept], dtype=object),
     )
 
 

@@ -220,7 +220,7 @@ def evaluate_saved(model_dir: Path, dataset_path: Path) -> dict:
         if store_path.suffix == ".parquet":
             store_path = Path(tmp) / "seed.db"
             with MeasurementStore(store_path) as store:
-                store.import_parquet(dataset_path)
+                store.import_parquet(dataset_path, allow_other_machines=True)  # read by id
         with MeasurementStore(store_path) as store:
             data = load_dataset(store, machine)
     names = set(model.meta.get("held_out_programs", []))

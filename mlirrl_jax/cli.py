@@ -374,9 +374,40 @@ def cmd_train(args) -> int:
         if args.resume:
             raise ValueError("a resumed run keeps its surrogate: drop --surrogate")
         config = replace(config or AgentConfig(), surrogate=args.surrogate)
-    run_training(out, config, resume=args.resume, budget=budget)
+    run_training(out, config, resume=args.resume, budget=budget, regrounding=_rounds(args))
     print(f"run in {out.resolve()}: metrics.jsonl, learning_curve.png, summary.json, checkpoints/")
     return 0
+
+
+REGROUNDING_FLAGS = (
+    "rounds",
+    "real_budget",
+    "round_programs",
+    "top_k",
+    "iterations_per_round",
+    "selection",
+    "store",
+)
+
+
+def _rounds(args):
+    """The re-grounding of a `train` command: from its flags, or a resumed run's own."""
+    from mlirrl_jax.regrounding import RegroundConfig, rounds
+
+    given = {f: getattr(args, f) for f in REGROUNDING_FLAGS if getattr(args, f) is not None}
+    if args.resume:
+        if given:
+            raise ValueError(f"a resumed run keeps its re-grounding settings: drop {_flags(given)}")
+        return rounds(None)
+    if not given.get("rounds"):
+        if given:
+            raise ValueError(f"{_flags(given)} need --rounds N (N > 0)")
+        return None
+    return rounds(RegroundConfig(**given))
+
+
+def _flags(given: dict) -> str:
+    return ", ".join("--" + name.replace("_", "-") for name in given)
 
 
 def _add_measure_options(parser: argparse.ArgumentParser) -> None:
@@ -536,6 +567,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="JSON file of AgentConfig fields (the rest: defaults)")
     p.add_argument("--surrogate", help="cost model folder, or 'analytic' (default: shipped)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
+    ground = p.add_argument_group(
+        "re-grounding",
+        "measure the agent's top schedules on this machine and correct the "
+        "surrogate between stretches of training (on with --rounds N > 0; a resumed run keeps "
+        "its own settings)",
+    )
+    ground.add_argument("--rounds", type=int, help="re-grounding rounds (default 0: none)")
+    ground.add_argument("--real-budget", type=int, help="real measurements in all (2000)")
+    ground.add_argument("--round-programs", type=int, help="programs measured per round (16)")
+    ground.add_argument("--top-k", type=int, help="schedules per program per round (8)")
+    ground.add_argument("--iterations-per-round", type=int, help="PPO iterations per round (60)")
+    ground.add_argument("--selection", choices=["gain", "uniform"], help="program choice (gain)")
+    ground.add_argument("--store", help="measurement store (data/measurements.db)")
     p.set_defaults(func=cmd_train)
     return parser
 

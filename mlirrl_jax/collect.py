@@ -239,58 +239,78 @@ class CollectionJob:
             smoothing=0.05,
             mininterval=1.0,
         )
-        backend = _ray_backend(config) if config.backend == "ray" else _local_backend(config)
-        pending: dict[Future, Task] = {}
-        buffer: list[Measurement] = []
-        last_commit = time.monotonic()
-        tasks = self.tasks()
 
         def done() -> bool:
             if deadline and time.monotonic() >= deadline:
                 return True
+            # stored_for_split counts what is in flight, so the budget is never overshot
             return target is not None and self.stored_for_split() >= target
 
-        def commit() -> None:
-            nonlocal last_commit
-            if buffer:
-                report.new_rows += self.store.put(buffer)
-                buffer.clear()
-            last_commit = time.monotonic()
-
         try:
-            exhausted = False
-            while True:
-                # stored_for_split counts what is in flight, so the budget is never overshot
-                while not exhausted and len(pending) < 2 * config.workers and not done():
-                    task = next(tasks, None)
-                    if task is None:
-                        exhausted = True
-                        break
-                    pending[backend.submit(task)] = task
-                if not pending:
-                    break
-                finished, _ = wait(list(pending), timeout=1.0, return_when=FIRST_COMPLETED)
-                for future in finished:
-                    pending.pop(future)
-                    measurement = future.result()
-                    buffer.append(measurement)
-                    report.measured += 1
-                    report.by_status[measurement.status] = (
-                        report.by_status.get(measurement.status, 0) + 1
-                    )
-                    if not measurement.ok:
-                        report.failures += 1
-                    bar.update(1)
-                    bar.set_postfix(failures=report.failures, refresh=False)
-                if time.monotonic() - last_commit >= COMMIT_EVERY_S:
-                    commit()
-                if done() and not pending:
-                    break
+            measure_stream(self.tasks(), config, self.store, report, bar, done)
         finally:
-            commit()
-            backend.close()
             bar.close()
             report.seconds = time.monotonic() - start
             report.stored_for_split = self.stored_for_split()
             self.store.close()
         return report
+
+
+def measure_stream(
+    tasks: Iterator[Task],
+    config: CollectConfig,
+    store: MeasurementStore,
+    report: CollectReport,
+    bar: tqdm | None = None,
+    done: Callable[[], bool] = lambda: False,
+    on_result: Callable[[Task, Measurement], None] = lambda task, measurement: None,
+) -> CollectReport:
+    """Measure `tasks` on the config's backend, `2 x workers` in flight, until they run out or
+    `done()`; results go to `store` in a transaction every `COMMIT_EVERY_S` (a kill loses at
+    most those in flight and uncommitted) and to `on_result`; tallies go to `report`."""
+    backend = _ray_backend(config) if config.backend == "ray" else _local_backend(config)
+    pending: dict[Future, Task] = {}
+    buffer: list[Measurement] = []
+    last_commit = time.monotonic()
+
+    def commit() -> None:
+        nonlocal last_commit
+        if buffer:
+            report.new_rows += store.put(buffer)
+            buffer.clear()
+        last_commit = time.monotonic()
+
+    try:
+        exhausted = False
+        while True:
+            while not exhausted and len(pending) < 2 * config.workers and not done():
+                task = next(tasks, None)
+                if task is None:
+                    exhausted = True
+                    break
+                pending[backend.submit(task)] = task
+            if not pending:
+                break
+            finished, _ = wait(list(pending), timeout=1.0, return_when=FIRST_COMPLETED)
+            for future in finished:
+                task = pending.pop(future)
+                measurement = future.result()
+                buffer.append(measurement)
+                report.measured += 1
+                report.by_status[measurement.status] = (
+                    report.by_status.get(measurement.status, 0) + 1
+                )
+                if not measurement.ok:
+                    report.failures += 1
+                on_result(task, measurement)
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix(failures=report.failures, refresh=False)
+            if time.monotonic() - last_commit >= COMMIT_EVERY_S:
+                commit()
+            if done() and not pending:
+                break
+    finally:
+        commit()
+        backend.close()
+    return report

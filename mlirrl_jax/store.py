@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from mlirrl_jax.measure.fingerprint import machine_fingerprint
 from mlirrl_jax.measure.timing import Measurement
 from mlirrl_jax.programs.ir import Program, parse_program
 from mlirrl_jax.schedule import Schedule
@@ -334,21 +335,35 @@ class MeasurementStore:
         )
         return len(rows)
 
-    def import_parquet(self, path: str | Path, allow_other_machines: bool = False) -> int:
-        """Merge a Parquet export in; refuses another machine's data unless allowed."""
+    def import_parquet(
+        self,
+        path: str | Path,
+        allow_other_machines: bool = False,
+        this_machine: str | None = None,
+    ) -> int:
+        """Merge a Parquet export in.
+
+        Rows of this machine (`this_machine`, by default the fingerprint of the one running)
+        always come in. Rows of any other machine come in only with `allow_other_machines`,
+        whatever the store already holds, and then sit beside this machine's rows under their
+        own machine id: nothing reads them unless asked for that machine by name.
+        """
         import pyarrow.parquet as pq
 
         records = pq.read_table(str(path)).to_pylist()
         for r in records:  # compact exports leave the derivable schedule hash out
             if r.get("schedule_hash") is None:
                 r["schedule_hash"] = Schedule.loads(r["schedule"]).hash
-        incoming = {r["machine_id"] for r in records}
-        present = self.machines()
-        if present and not incoming <= present and not allow_other_machines:
+        this_machine = this_machine or machine_fingerprint()["machine_id"]
+        others = sorted({r["machine_id"] for r in records} - {this_machine})
+        if others and not allow_other_machines:
+            counts = {m: sum(r["machine_id"] == m for r in records) for m in others}
             raise StoreError(
-                f"{path} holds measurements of machine(s) {sorted(incoming - present)}, this store "
-                f"has {sorted(present)}; times from different machines do not mix "
-                "(pass allow_other_machines=True to keep them side by side)"
+                f"{path} holds {sum(counts.values())} measurements of other machine(s) "
+                f"{', '.join(f'{m} ({n} rows)' for m, n in counts.items())}; this machine is "
+                f"{this_machine}. Times from different machines do not mix silently: import "
+                "them with `store import --allow-other-machines` (allow_other_machines=True "
+                "from Python) to keep them beside this machine's rows, under their own id"
             )
         new = 0
         with self._transaction():

@@ -109,6 +109,28 @@ def test_parquet_round_trip_and_machine_check(store, matmul, tmp_path):
     assert store.machines() == {machine(), "elsewhere"}
 
 
+def test_another_machines_rows_need_asking_for_even_in_an_empty_store(store, matmul, tmp_path):
+    store.put([measurement(matmul), measurement(matmul, schedule=Schedule(), median=5e-3)])
+    own = tmp_path / "own.parquet"
+    store.export_parquet(own)
+    table = pq.read_table(own)
+    table = table.set_column(
+        table.column_names.index("machine_id"), "machine_id", [["prior"] * table.num_rows]
+    )
+    foreign = tmp_path / "prior.parquet"
+    pq.write_table(table, foreign)
+    with MeasurementStore(tmp_path / "fresh.db") as fresh:
+        # an empty store is no exception, and the error names the command-line flag
+        with pytest.raises(StoreError, match="--allow-other-machines") as refused:
+            fresh.import_parquet(foreign)
+        assert "prior (2 rows)" in str(refused.value) and fresh.count() == 0
+        assert fresh.import_parquet(foreign, allow_other_machines=True) == 2
+        # this machine's own export still comes in without the flag, beside the prior's rows
+        assert fresh.import_parquet(own) == 2
+        assert fresh.count(machine_id=machine()) == fresh.count(machine_id="prior") == 2
+        assert {r["machine_id"] for r in fresh.rows(machine_id=machine())} == {machine()}
+
+
 def test_schema_version_is_checked(tmp_path):
     path = tmp_path / "v.db"
     MeasurementStore(path).close()

@@ -25,6 +25,13 @@ from mlirrl_jax.programs.ir import Program, load_program
 from mlirrl_jax.schedule import Schedule
 
 SAMPLES_PER_SCHEDULE = 8  # sampled episodes per schedule asked for, before removing repeats
+MIN_ROWS = 64
+
+
+def _bucket(rows: int) -> int:
+    """Rows padded to a power of two of at least `MIN_ROWS`: a few compiled episode runners
+    serve any number of programs."""
+    return max(MIN_ROWS, 1 << int(np.ceil(np.log2(max(rows, 1)))))
 
 
 @dataclass(frozen=True)
@@ -53,7 +60,11 @@ class Agent:
         run_dir = Path(run_dir)
         meta = checkpoint.load_meta(run_dir)
         config = AgentConfig.from_json(meta["config"])
-        surrogate = surrogate or load_surrogate(config.surrogate)
+        if surrogate is None:
+            # a re-grounded run trained last against its own surrogate, saved in the run
+            recorded = Path(meta.get("surrogate", {}).get("path", ""))
+            own = recorded.is_dir() and Path(run_dir).resolve() in recorded.resolve().parents
+            surrogate = load_surrogate(str(recorded) if own else config.surrogate)
         trained_against = meta.get("surrogate", {}).get("params_sha256")
         if trained_against != surrogate.identity.get("params_sha256"):
             raise checkpoint.CheckpointError(
@@ -74,27 +85,32 @@ class Agent:
         greedy: bool = True,
         seed: int = 0,
         evaluator: Evaluator | None = None,
+        rows: list[int] | None = None,
     ) -> list[list[Scored]]:
         """Per program, up to `n` distinct schedules with their predicted speedups, best
         first: the greedy one (if `greedy`) and sampled ones, ranked by the surrogate.
-        `evaluator` (from `evaluator(programs)`) saves compiling again for the same programs."""
+        `evaluator` (from `evaluator(programs)`) saves compiling again for the same programs;
+        `rows` then picks some of its programs (the answer is in their order)."""
         if n < 1:
             raise ValueError(f"n must be at least 1, got {n}")
-        if not programs:
+        if not programs and evaluator is None:
             return []
         if evaluator is None:
             programs = [p if isinstance(p, Program) else load_program(p) for p in programs]
             evaluator = self.evaluator(programs)
         programs = evaluator.programs
+        chosen = np.arange(len(programs)) if rows is None else np.asarray(rows, np.int64)
+        if not len(chosen):
+            return []
         reward_params = evaluator.prepare(self.surrogate.params)
-        rows = np.arange(len(programs), dtype=np.int32)
-        found: list[dict[str, Scored]] = [{} for _ in programs]
+        padded = np.resize(chosen, _bucket(len(chosen))).astype(np.int32)
+        found: dict[int, dict[str, Scored]] = {int(r): {} for r in chosen}
         runs = []
         if greedy:
             key = jax.random.PRNGKey(seed)
-            runs.append(evaluator.episodes(self.params, reward_params, rows, key, True))
+            runs.append(evaluator.episodes(self.params, reward_params, padded, key, True))
         if n > 1 or not greedy:
-            repeated = np.tile(rows, SAMPLES_PER_SCHEDULE * n)
+            repeated = np.resize(chosen, _bucket(len(chosen) * SAMPLES_PER_SCHEDULE * n))
             key = jax.random.PRNGKey(seed + 1)
             runs.append(evaluator.episodes(self.params, reward_params, repeated, key, False))
         for episodes in runs:
@@ -102,9 +118,9 @@ class Agent:
             speedups = np.exp(np.asarray(episodes.log_speedup))
             for i, row in enumerate(np.asarray(episodes.states.program)):
                 schedule, _ = replay(programs[row], actions[i, : steps[i]])
-                found[row].setdefault(schedule.hash, Scored(schedule, float(speedups[i])))
+                found[int(row)].setdefault(schedule.hash, Scored(schedule, float(speedups[i])))
         return [
-            sorted(choices.values(), key=lambda s: -s.predicted_speedup)[:n] for choices in found
+            sorted(found[int(r)].values(), key=lambda s: -s.predicted_speedup)[:n] for r in chosen
         ]
 
     def schedules(

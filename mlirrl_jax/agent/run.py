@@ -151,9 +151,12 @@ def evaluation_row(names: list[str], agent: np.ndarray, baselines: dict, config)
     }
 
 
-def _check_surrogate(out: Path, meta: dict, surrogate: Surrogate) -> None:
+def _check_surrogate(out: Path, meta: dict, surrogate: Surrogate, also=None) -> None:
+    """The checkpoint was trained against `surrogate` (or `also`, the surrogate before a
+    re-grounding round that ended after the checkpoint)."""
     recorded = meta.get("surrogate", {})
-    if recorded.get("params_sha256") != surrogate.identity.get("params_sha256"):
+    allowed = {s.identity.get("params_sha256") for s in (surrogate, also) if s is not None}
+    if recorded.get("params_sha256") not in allowed:
         raise RunError(
             f"{out} was trained against the surrogate {recorded}; the one loaded now is "
             f"{surrogate.identity}. Resume with that surrogate (the config's `surrogate`)"
@@ -167,6 +170,7 @@ def run_training(
     progress: bool = True,
     surrogate: Surrogate | None = None,
     budget: dict | None = None,
+    regrounding=None,
 ) -> dict:
     """Train (or resume) the run in `out`; returns its summary (also `summary.json`).
 
@@ -174,6 +178,10 @@ def run_training(
     resumed run with an iteration budget continues exactly as it would have gone on; with a
     time budget, the step size and entropy anneal by the time trained, so the continuation is
     the same only up to where the wall clock differs.
+
+    `regrounding` (`mlirrl_jax.regrounding.rounds(config)`) gives the run's re-grounding
+    rounds, which correct the surrogate on this machine every `iterations_per_round`
+    iterations; the run then trains against each round's surrogate in turn.
     """
     out = Path(out).resolve()
     config = _start(out, config, resume, dict(budget or {}))
@@ -186,9 +194,16 @@ def run_training(
         f"{surrogate.machine_id or '-'}; this machine is {here}); suites {list(chosen_suites)}"
     )
     meta = checkpoint.load_meta(out) if resume else {}
-    if resume:
-        _check_surrogate(out, meta, surrogate)
     train_programs = load_programs(TRAIN, chosen_suites, progress)
+    rounds = (
+        regrounding(out, resume, config, train_programs, surrogate, progress)
+        if regrounding
+        else None
+    )
+    if rounds is not None:
+        surrogate = rounds.current()
+    if resume:
+        _check_surrogate(out, meta, surrogate, rounds.before_last() if rounds else None)
     if not train_programs:
         raise RunError(f"the suites {list(chosen_suites)} have no train programs")
     test_programs = load_programs(TEST, chosen_suites, progress) if config.eval_every else []
@@ -266,6 +281,16 @@ def run_training(
     try:
         with metrics_file.open("a") as sink:
             while budget_progress(done, trained_s) < 1.0:
+                if rounds is not None and rounds.due(done):  # also first thing on resume
+                    checkpoint.save(out, state, checkpoint_meta())  # the round starts here
+                    bar.clear()
+                    params = jax.device_put(jax.device_get(state.params), jax.devices()[0])
+                    surrogate = rounds.run_round(params)
+                    reward_params = trainer.prepare(surrogate.params)
+                    if evaluator:
+                        test_reward = evaluator.prepare(surrogate.params)
+                        baselines = _baselines(out, evaluator, test_reward, surrogate, config)
+                    last_checkpoint = time.perf_counter()
                 started = time.perf_counter()
                 state, values = compiled(state, reward_params, budget_progress(done, trained_s))
                 values = {k: float(v) for k, v in jax.device_get(values).items()}
@@ -277,6 +302,8 @@ def run_training(
                     "trained_seconds": trained_s,
                     "env_steps": done * steps_per_iteration,
                     "steps_per_second": steps_per_iteration / seconds,
+                    "iteration_seconds": seconds,
+                    "ended_at": time.time(),  # wall clock: phases of a run never overlap
                     # None: no episode ended in this iteration
                     "mean_predicted_speedup": float(np.exp(values["mean_log_speedup"]))
                     if values["episodes"]
@@ -294,6 +321,7 @@ def run_training(
                 if finished or time.perf_counter() - last_checkpoint >= config.checkpoint_seconds:
                     checkpoint.save(out, state, checkpoint_meta())
                     last_checkpoint = time.perf_counter()
+
     except KeyboardInterrupt:
         checkpoint.save(out, state, checkpoint_meta())  # --resume goes on from here
         raise

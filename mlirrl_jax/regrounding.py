@@ -1,0 +1,709 @@
+"""Re-grounding: the agent's top schedules measured for real on this machine correct the
+surrogate, between stretches of simulated training.
+
+Every `iterations_per_round` PPO iterations, a round:
+1. picks `round_programs` training programs (`selection`: where the agent's predicted gain
+   over the heuristic is largest, or uniformly) and takes the agent's `top_k` distinct
+   schedules of each, sampled and ranked by the surrogate, plus each program's baseline if this
+   machine has none; the fixed tracking programs' greedy schedules; and every
+   `heldout_every` rounds the held-out test programs' greedy and heuristic schedules;
+2. writes that list to `round-N/tasks.json`, then measures what the store lacks, committed as
+   it goes (a killed round resumes its own list: nothing measured twice, nothing lost);
+3. scores the surrogate on the schedules just measured (on-policy error), fine-tunes it on
+   this machine's rows of the training programs but for the round's held-back programs, and
+   scores it again on those;
+4. saves the new surrogate to `round-N/surrogate`, records the round in `rounds.jsonl` and
+   `state.json`, and training goes on against it: its parameters are an argument of the jitted
+   iteration, so nothing recompiles.
+
+Measurement and JAX work never share the cores: a round runs between iterations, in this
+process, and its measuring phase starts only after the JAX work before it has finished
+(`block_until_ready`); the workers are idle while JAX runs. Each phase's wall-clock interval is
+logged in `phases.jsonl`.
+
+Only this machine's rows are read or written. The first round on a machine that has no
+measurements of its own also measures a calibration set: `calibration_programs` training
+programs' baselines and the agent's greedy schedules, and the surrogate-validation programs
+that score the surrogate on this machine (`validation_programs`, each with `validation_k`
+schedules), which are never learned from.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import jax
+import numpy as np
+from tqdm import tqdm
+
+from cost_model.api import CostModel, predict_dataset
+from cost_model.dataset import Dataset, load_dataset, random_states
+from cost_model.metrics import evaluate
+from mlirrl_jax.agent.agent import Agent
+from mlirrl_jax.agent.surrogate import Surrogate, load_surrogate
+from mlirrl_jax.agent.train import AgentConfig
+from mlirrl_jax.collect import CollectConfig, CollectReport, Task, measure_stream
+from mlirrl_jax.heuristics import heuristic_schedule
+from mlirrl_jax.measure.fingerprint import machine_fingerprint
+from mlirrl_jax.measure.timing import TimingMethod
+from mlirrl_jax.programs.ir import Program
+from mlirrl_jax.schedule import Schedule
+from mlirrl_jax.store import MeasurementStore
+from mlirrl_jax.validate import geomean, pick_evenly
+
+SELECTIONS = ("gain", "uniform")
+UPDATES = ("measured", "anchored")
+
+
+@dataclass(frozen=True)
+class RegroundConfig:
+    """How a training run re-grounds its surrogate; saved as `regrounding/config.json`."""
+
+    rounds: int = 6
+    """Re-grounding rounds in the run (0: simulated training only)."""
+    iterations_per_round: int = 60
+    """PPO iterations before each round (K)."""
+    round_programs: int = 16
+    """Training programs whose top schedules a round measures (P)."""
+    top_k: int = 8
+    """Distinct schedules per program, the agent's best by the surrogate (k)."""
+    real_budget: int = 2000
+    """Real measurements the run may spend in all (calibration and tracking included)."""
+    selection: str = "gain"
+    """How a round picks its programs: "gain" (largest predicted gain of the agent over the
+    heuristic) or "uniform"."""
+    update: str = "measured"
+    """What an update learns from: "measured" (this machine's rows) or "anchored" (plus
+    random states labeled by the prior, in proportion `anchor_share`)."""
+    anchor_share: float = 0.5
+    """With `update="anchored"`: anchor states per measured row."""
+    update_epochs: int = 20
+    """Passes over the rows in each update."""
+    held_back: float = 0.25
+    """Share of a round's programs kept out of its update, to score it after."""
+    track_programs: int = 12
+    """Fixed training programs whose greedy schedules are measured every round."""
+    heldout_programs: int = 12
+    """Test programs (dl-v0) whose greedy and heuristic schedules are measured for real."""
+    heldout_every: int = 2
+    """Rounds between two measurements of the held-out programs (and at the last round)."""
+    calibration_programs: int = 24
+    """Round 1 on a machine without its own rows: training programs measured for their
+    baseline and the agent's greedy schedule."""
+    validation_programs: int = 16
+    """Surrogate-validation programs measured once, to score the surrogate on this machine."""
+    validation_k: int = 6
+    """Schedules per validation program (the agent's top by the prior), besides the baseline."""
+    max_mflops: float = 400.0
+    """Only programs of at most this many MFLOP are measured (a measurement's time)."""
+    store: str = "data/measurements.db"
+    """The measurement store; only this machine's rows are read and written."""
+    workers: int = 2
+    """Measurements in flight at once (each in its own worker process)."""
+    timeout_s: float = 60.0
+    """A measurement running longer is recorded as a timeout."""
+    seed: int = 0
+    """Fixes the program choice and the sampled schedules."""
+
+    def __post_init__(self):
+        if self.selection not in SELECTIONS:
+            raise ValueError(f"selection must be one of {SELECTIONS}, got {self.selection!r}")
+        if self.update not in UPDATES:
+            raise ValueError(f"update must be one of {UPDATES}, got {self.update!r}")
+        for name in ("iterations_per_round", "round_programs", "top_k", "workers"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("rounds", "real_budget", "track_programs", "heldout_programs"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not 0.0 <= self.held_back < 1.0:
+            raise ValueError(f"held_back must be in [0, 1), got {self.held_back}")
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> RegroundConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown re-grounding keys {unknown}; known: {sorted(known)}")
+        return cls(**data)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+@dataclass
+class Planned:
+    """One measurement a round asks for."""
+
+    program: Program
+    schedule: Schedule
+    role: str  # learn | baseline | track | heldout | heuristic | calibration | validation
+    predicted_speedup: float | None = None
+
+    def to_json(self) -> dict:
+        return {
+            "program": self.program.name,
+            "program_hash": self.program.hash,
+            "schedule": self.schedule.to_json(),
+            "role": self.role,
+            "predicted_speedup": self.predicted_speedup,
+        }
+
+
+class Regrounding:
+    """The rounds of one run, in `run_dir/regrounding/`."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        config: RegroundConfig,
+        agent_config: AgentConfig,
+        train_programs: list[Program],
+        heldout_programs: list[Program],
+        validation_programs: list[Program],
+        prior: Surrogate,
+        progress: bool = True,
+    ):
+        self.dir = Path(run_dir) / "regrounding"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.config = config
+        self.agent_config = agent_config
+        self.prior = prior
+        self.machine = machine_fingerprint()["machine_id"]
+        self.say = (lambda t: print(t, file=sys.stderr, flush=True)) if progress else (lambda t: 0)
+        self.progress = progress
+        small = lambda ps: [p for p in ps if p.flops <= config.max_mflops * 1e6]  # noqa: E731
+        self.pool = small(train_programs)
+        if not self.pool:
+            raise ValueError(f"no training program of at most {config.max_mflops} MFLOP")
+        self.track = pick_evenly(self.pool, config.track_programs)
+        self.heldout = pick_evenly(small(heldout_programs), config.heldout_programs)
+        self.validation = pick_evenly(small(validation_programs), config.validation_programs)
+        self.by_name = {p.name: p for p in [*self.pool, *self.heldout, *self.validation]}
+        self.programs = list(self.by_name.values())
+        self._evaluator = None
+        self._prior: CostModel | None = None
+        config_path = self.dir / "config.json"
+        if config_path.is_file():
+            saved = RegroundConfig.from_json(json.loads(config_path.read_text()))
+            if saved != config:
+                raise ValueError(
+                    f"{self.dir} was started with another re-grounding config; resume with it"
+                )
+        else:
+            _write_atomic(config_path, json.dumps(config.to_json(), indent=1))
+        state_path = self.dir / "state.json"
+        self.state = (
+            json.loads(state_path.read_text())
+            if state_path.is_file()
+            else {"completed": 0, "spent": 0, "chosen": [], "machine_id": self.machine}
+        )
+        if self.state["machine_id"] != self.machine:
+            raise ValueError(
+                f"{self.dir} re-grounds on machine {self.state['machine_id']}; this is "
+                f"{self.machine}: start a new run here"
+            )
+        with MeasurementStore(config.store) as store:
+            store.add_programs(self.programs)
+
+    # -- the run's surrogate
+    def surrogate_dir(self, round_: int) -> Path:
+        return self.dir / f"round-{round_}" / "surrogate"
+
+    def current(self) -> Surrogate:
+        """The surrogate after the last completed round (the prior before the first)."""
+        done = self.state["completed"]
+        return load_surrogate(str(self.surrogate_dir(done))) if done else self.prior
+
+    def before_last(self) -> Surrogate | None:
+        """The surrogate before the last completed round (None before the first)."""
+        done = self.state["completed"]
+        if not done:
+            return None
+        return load_surrogate(str(self.surrogate_dir(done - 1))) if done > 1 else self.prior
+
+    def due(self, iteration: int) -> bool:
+        c = self.config
+        return (
+            self.state["completed"] < c.rounds
+            and self.state["spent"] < c.real_budget
+            and iteration > 0
+            and iteration % c.iterations_per_round == 0
+            and iteration // c.iterations_per_round > self.state["completed"]
+        )
+
+    def _phase(self, name: str, started: float, **extra) -> None:
+        with (self.dir / "phases.jsonl").open("a") as sink:
+            row = {"round": self.state["completed"] + 1, "phase": name, "start": started}
+            sink.write(json.dumps({**row, "end": time.time(), **extra}) + "\n")
+
+    # -- one round
+    def run_round(self, policy_params) -> Surrogate:
+        """Measure, score, update; returns the new surrogate. `policy_params`: the agent's
+        parameters now (host arrays)."""
+        jax.block_until_ready(policy_params)
+        round_ = self.state["completed"] + 1
+        folder = self.dir / f"round-{round_}"
+        folder.mkdir(exist_ok=True)
+        surrogate = self.current()
+        model = CostModel.load(surrogate.path)
+        tasks_path = folder / "tasks.json"
+        if tasks_path.is_file():
+            planned = [self._planned(t) for t in json.loads(tasks_path.read_text())]
+        else:
+            started = time.time()
+            planned = self._plan(round_, Agent(self.agent_config, policy_params, surrogate))
+            _write_atomic(tasks_path, json.dumps([p.to_json() for p in planned], indent=1))
+            self._phase("choose", started, tasks=len(planned))
+        started = time.time()
+        report = self._measure(planned)
+        self._phase("measure", started, measured=report.measured)
+        started = time.time()
+        row = self._score_and_update(round_, planned, model, surrogate, folder)
+        row["measured_now"] = report.measured
+        self._phase("update", started)
+        self.state["completed"] = round_
+        self.state["chosen"] = sorted(
+            {*self.state["chosen"], *(p.program.name for p in planned if p.role == "learn")}
+        )
+        self.state["spent"] = self._spent()
+        row["spent"] = self.state["spent"]
+        # the round's line, then the state: a kill between the two repeats the round's update
+        # (its measurements are in the store) and its line is written again, not twice
+        earlier = [r for r in self.rounds() if r["round"] < round_]
+        text = "".join(json.dumps(r) + "\n" for r in [*earlier, row])
+        _write_atomic(self.dir / "rounds.jsonl", text)
+        _write_atomic(self.dir / "state.json", json.dumps(self.state, indent=1))
+        self.say(_round_line(row))
+        self.report()
+        return self.current()
+
+    def report(self) -> list[Path]:
+        """`rounds.md` (the table of `format_rounds`) and the plots, from the rounds so far."""
+        rows = self.rounds()
+        points = []
+        for r in rows:
+            path = self.dir / f"round-{r['round']}" / "points.json"
+            if path.is_file():
+                points += [{**p, "round": r["round"]} for p in json.loads(path.read_text())]
+        header = (
+            f"Re-grounding on machine {self.machine}; prior: surrogate of machine "
+            f"{self.prior.machine_id or '-'}; real budget {self.config.real_budget}.\n\n"
+        )
+        _write_atomic(self.dir / "rounds.md", header + format_rounds(rows) + "\n")
+        return save_round_plots(self.dir, rows, points)
+
+    def rounds(self) -> list[dict]:
+        """The completed rounds' records (`rounds.jsonl`)."""
+        path = self.dir / "rounds.jsonl"
+        if not path.is_file():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    def _prior_model(self) -> CostModel:
+        if self._prior is None:
+            self._prior = CostModel.load(self.prior.path)
+        return self._prior
+
+    def _planned(self, data: dict) -> Planned:
+        return Planned(
+            self.by_name[data["program"]],
+            Schedule.from_json(data["schedule"]),
+            data["role"],
+            data["predicted_speedup"],
+        )
+
+    def _has_rows(self) -> set[str]:
+        """Hashes of the pool's programs whose baseline this machine has measured."""
+        with MeasurementStore(self.config.store) as store:
+            return {
+                p.hash
+                for p in self.by_name.values()
+                if store.get(p.hash, Schedule().hash, self.machine) is not None
+            }
+
+    def _plan(self, round_: int, agent: Agent) -> list[Planned]:
+        c = self.config
+        rng = np.random.default_rng([c.seed, round_])
+        if self._evaluator is None:  # one table and compiled episodes for every round
+            self._evaluator = agent.evaluator(self.programs)
+        evaluator, row_of = self._evaluator, {p.name: i for i, p in enumerate(self.programs)}
+
+        def best(programs: list[Program], n: int = 1):
+            rows = [row_of[p.name] for p in programs]
+            return zip(
+                programs, agent.scored_schedules([], n, evaluator=evaluator, rows=rows, seed=round_)
+            )
+
+        measured = self._has_rows()
+        planned: list[Planned] = []
+        if round_ == 1 and not measured & {p.hash for p in self.pool}:
+            calibration = pick_evenly(self.pool[::-1], c.calibration_programs)
+            planned += [Planned(p, s[0].schedule, "calibration") for p, s in best(calibration)]
+        if round_ == 1:
+            for program, scored in best(self.validation, c.validation_k):
+                planned += [Planned(program, s.schedule, "validation") for s in scored]
+        chosen_before = set(self.state["chosen"])
+        candidates = [p for p in self.pool if p.name not in chosen_before]
+        if c.selection == "uniform":
+            picks = [candidates[i] for i in rng.permutation(len(candidates))[: c.round_programs]]
+        else:
+            reward = evaluator.prepare(agent.surrogate.params)
+            greedy = np.log([s[0].predicted_speedup for _, s in best(candidates)])
+            gain = greedy - evaluator.heuristic(reward)[[row_of[p.name] for p in candidates]]
+            picks = [candidates[i] for i in np.argsort(-gain, kind="stable")[: c.round_programs]]
+        for program, scored in best(picks, c.top_k):
+            planned += [Planned(program, s.schedule, "learn", s.predicted_speedup) for s in scored]
+        for program, scored in best(self.track):
+            planned.append(
+                Planned(program, scored[0].schedule, "track", scored[0].predicted_speedup)
+            )
+        if self.heldout and (round_ % c.heldout_every == 0 or round_ in (1, c.rounds)):
+            for program, scored in best(self.heldout):
+                planned.append(
+                    Planned(program, scored[0].schedule, "heldout", scored[0].predicted_speedup)
+                )
+                planned.append(Planned(program, heuristic_schedule(program), "heuristic"))
+        for program in {p.program.name: p.program for p in planned}.values():
+            planned.append(Planned(program, Schedule(), "baseline"))
+        return self._within_budget(planned)
+
+    def _within_budget(self, planned: list[Planned]) -> list[Planned]:
+        """The plan cut to the budget left: learning schedules go first, last ones first.
+        The plan keeps every role of a schedule (a tracked one may also be learned from); a
+        schedule is measured once whatever its roles, and only if the store lacks it."""
+        with MeasurementStore(self.config.store) as store:
+            new = {
+                (p.program.hash, p.schedule.hash)
+                for p in planned
+                if store.get(p.program.hash, p.schedule.hash, self.machine) is None
+            }
+        excess = len(new) - (self.config.real_budget - self.state["spent"])
+        keys = [(p.program.hash, p.schedule.hash) for p in planned]
+        dropped: set[int] = set()
+        for i in reversed(range(len(planned))):
+            if excess <= 0:
+                break
+            if planned[i].role == "learn" and keys[i] in new:
+                dropped.add(i)
+                if all(j in dropped for j, k in enumerate(keys) if k == keys[i]):
+                    new.discard(keys[i])
+                    excess -= 1
+        return [p for i, p in enumerate(planned) if i not in dropped]
+
+    def _measure(self, planned: list[Planned]) -> CollectReport:
+        config = CollectConfig(
+            store=Path(self.config.store),
+            workers=self.config.workers,
+            timeout_s=self.config.timeout_s,
+            method=TimingMethod(seed=self.config.seed),
+            progress=self.progress,
+        )
+        with MeasurementStore(self.config.store) as store:
+            unique = {(p.program.hash, p.schedule.hash): p for p in planned}.values()
+            first = {h: i for i, h in reversed(list(enumerate(p.program.hash for p in planned)))}
+            # a program's schedules back to back: a worker keeps its inputs and reference
+            unique = sorted(unique, key=lambda p: first[p.program.hash])
+            todo = [
+                Task(p.program, p.schedule)
+                for p in unique
+                if store.get(p.program.hash, p.schedule.hash, self.machine) is None
+            ]
+            report = CollectReport()
+            if not todo:
+                return report
+            bar = tqdm(total=len(todo), unit="meas", disable=not self.progress, desc="measuring")
+            with (self.dir / "measured.jsonl").open("a") as sink:  # the run's own spending
+
+                def spent(task: Task, _) -> None:
+                    sink.write(json.dumps([task.program.hash, task.schedule.hash]) + "\n")
+                    sink.flush()
+
+                try:
+                    measure_stream(iter(todo), config, store, report, bar, on_result=spent)
+                finally:
+                    bar.close()
+        return report
+
+    def _spent(self) -> int:
+        path = self.dir / "measured.jsonl"
+        if not path.is_file():
+            return 0
+        return len({line for line in path.read_text().splitlines() if line.strip()})
+
+    def _rows(self, programs: list[Program]) -> Dataset | None:
+        with MeasurementStore(self.config.store) as store:
+            try:
+                return load_dataset(
+                    store,
+                    self.machine,
+                    programs={p.hash for p in programs},
+                    table_programs=self.programs,
+                )
+            except ValueError:
+                return None
+
+    def _score_and_update(
+        self, round_: int, planned: list[Planned], model: CostModel, surrogate, folder: Path
+    ) -> dict:
+        c = self.config
+        rng = np.random.default_rng([c.seed, round_, 1])
+        learn = sorted({p.program.name for p in planned if p.role == "learn"})
+        held = set(rng.permutation(learn)[: int(round(c.held_back * len(learn)))].tolist())
+        row: dict = {
+            "round": round_,
+            "machine_id": self.machine,
+            "programs": len(learn),
+            "held_back_programs": len(held),
+            "selection": c.selection,
+            "update": c.update,
+        }
+        on_policy = self._rows([self.by_name[n] for n in learn])
+        row["on_policy_before"] = _metrics(model, on_policy, self._round_schedules(planned))
+        train = [p for p in self.pool if p.name not in held]
+        data = self._rows(train)
+        anchor = None
+        if data is not None and c.update == "anchored":
+            anchor = random_states(data, int(c.anchor_share * len(data)), seed=c.seed + round_)
+            anchor.log_time = predict_dataset(self._prior_model(), anchor)
+        if data is not None:
+            started = time.perf_counter()
+            model = model.update(
+                data,
+                c.update_epochs,
+                machine_id=self.machine,
+                anchor=anchor,
+                note=f"re-grounding round {round_}",
+            )
+            row["update_seconds"] = time.perf_counter() - started
+            row["update_rows"] = len(data)
+        held_rows = self._rows([self.by_name[n] for n in sorted(held)])
+        row["held_back_after"] = _metrics(model, held_rows, self._round_schedules(planned))
+        if held_rows is not None:
+            row["held_back_before"] = _metrics(
+                CostModel.load(surrogate.path), held_rows, self._round_schedules(planned)
+            )
+        validation = self._rows(self.validation)
+        row["validation"] = _metrics(model, validation)
+        row["validation_prior"] = _metrics(self._prior_model(), validation)
+        row.update(self._real_speedups(planned, folder))
+        target = self.surrogate_dir(round_)
+        tmp = target.with_name("surrogate.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)  # a save a kill cut short
+        model.save(tmp)
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(tmp, target)
+        return row
+
+    @staticmethod
+    def _round_schedules(planned: list[Planned]) -> set[tuple[str, str]]:
+        return {(p.program.hash, p.schedule.hash) for p in planned}
+
+    def _real_speedups(self, planned: list[Planned], folder: Path) -> dict:
+        """Real geomean speedups over unscheduled of the round's tracked and held-out
+        schedules (verified rows only); the learned schedules' predicted and real speedups go
+        to `points.json`."""
+        out = {}
+        with MeasurementStore(self.config.store) as store:
+
+            def time_of(p: Program, s: Schedule) -> float | None:
+                r = store.get(p.hash, s.hash, self.machine)
+                return r["median_s"] if r and r["status"] == "ok" else None
+
+            points = []
+            for p in planned:
+                if p.role != "learn" or not p.predicted_speedup:
+                    continue
+                base, tuned = time_of(p.program, Schedule()), time_of(p.program, p.schedule)
+                if base and tuned:
+                    points.append({"predicted": p.predicted_speedup, "real": base / tuned})
+            _write_atomic(folder / "points.json", json.dumps(points))
+
+            for role in ("track", "heldout", "heuristic"):
+                speedups = []
+                for p in planned:
+                    if p.role != role:
+                        continue
+                    base, tuned = time_of(p.program, Schedule()), time_of(p.program, p.schedule)
+                    if base and tuned:
+                        speedups.append(base / tuned)
+                if speedups:
+                    out[f"real_{role}_geomean"] = geomean(speedups)
+                    out[f"real_{role}_programs"] = len(speedups)
+        if "real_heldout_geomean" in out and "real_heuristic_geomean" in out:
+            out["heldout_over_heuristic"] = (
+                out["real_heldout_geomean"] / out["real_heuristic_geomean"]
+            )
+        return out
+
+
+def _metrics(model: CostModel, data: Dataset | None, only: set | None = None) -> dict | None:
+    """The surrogate's error on `data` (on-policy: on the rows of `only`'s schedules, each
+    program's baseline kept): MAPE of speedup, Spearman per program, pairwise accuracy, and
+    how often its top-1 is the measured top-1."""
+    if data is None:
+        return None
+    if only is not None:
+        keep = np.array(
+            [
+                bool(data.is_baseline[i])
+                or (data.programs[data.program[i]].hash, data.schedule_hash[i]) in only
+                for i in range(len(data))
+            ]
+        )
+        data = data.subset(np.flatnonzero(keep))
+    predicted = predict_dataset(model, data)
+    result = evaluate(predicted, data.log_time, data.program, data.is_baseline)
+    hits = []
+    for p in np.unique(data.program):
+        rows = np.flatnonzero((data.program == p) & ~data.is_baseline)
+        if len(rows) >= 2:
+            hits.append(np.argmin(predicted[rows]) == np.argmin(data.log_time[rows]))
+    result["top1_hit"] = float(np.mean(hits)) if hits else math.nan
+    result["rows"] = len(data)
+    return result
+
+
+def _round_line(row: dict) -> str:
+    def m(key: str, name: str) -> str:
+        value = (row.get(key) or {}).get(name)
+        return (
+            "-"
+            if value is None or (isinstance(value, float) and math.isnan(value))
+            else f"{value:.3f}"
+        )
+
+    return (
+        f"round {row['round']}: on-policy MAPE {m('on_policy_before', 'mape_speedup')} before, "
+        f"held-back {m('held_back_before', 'mape_speedup')} -> {m('held_back_after', 'mape_speedup')}; "
+        f"validation Spearman {m('validation', 'spearman')} (prior {m('validation_prior', 'spearman')}); "
+        f"real greedy on tracked programs {row.get('real_track_geomean', float('nan')):.2f}x; "
+        f"{row['spent']} measurements spent"
+    )
+
+
+def rounds(config: RegroundConfig | None):
+    """The `regrounding` argument of `run_training`: builds the run's `Regrounding` from
+    `config`, or on resume from the config the run started with (None: no rounds)."""
+    from mlirrl_jax.agent.run import load_programs, training_suites
+    from mlirrl_jax.splits import SURROGATE_VALIDATION, TEST
+
+    def build(out: Path, resume: bool, agent_config, train_programs, prior, progress):
+        chosen = config
+        saved = Path(out) / "regrounding" / "config.json"
+        if chosen is None and resume and saved.is_file():
+            chosen = RegroundConfig.from_json(json.loads(saved.read_text()))
+        if chosen is None or chosen.rounds == 0:
+            return None
+        return Regrounding(
+            out,
+            chosen,
+            agent_config,
+            train_programs,
+            load_programs(TEST, ("dl-v0",)),
+            load_programs(SURROGATE_VALIDATION, training_suites(agent_config, prior)),
+            prior,
+            progress,
+        )
+
+    return build
+
+
+def format_rounds(rows: list[dict]) -> str:
+    """Markdown: per round, the surrogate's on-policy error before its update, on the
+    held-back programs after it, on this machine's validation programs, and the real
+    geomean speedups of the agent's greedy schedules."""
+
+    def m(row: dict, key: str, name: str, fmt: str = ".3f") -> str:
+        value = (row.get(key) or {}).get(name)
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            return "-"
+        return format(value, fmt)
+
+    def x(row: dict, key: str) -> str:
+        return f"{row[key]:.2f}x" if key in row else "-"
+
+    lines = [
+        "| round | measured (total) | on-policy MAPE before | Spearman | top-1 hit | "
+        "held-back MAPE before -> after | validation Spearman (prior) | validation MAPE (prior) "
+        "| real greedy, tracked | real greedy, held-out / heuristic |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['round']} | {r.get('measured_now', 0)} ({r['spent']}) | "
+            f"{m(r, 'on_policy_before', 'mape_speedup', '.1%')} | "
+            f"{m(r, 'on_policy_before', 'spearman')} | {m(r, 'on_policy_before', 'top1_hit', '.2f')} | "
+            f"{m(r, 'held_back_before', 'mape_speedup', '.1%')} -> "
+            f"{m(r, 'held_back_after', 'mape_speedup', '.1%')} | "
+            f"{m(r, 'validation', 'spearman')} ({m(r, 'validation_prior', 'spearman')}) | "
+            f"{m(r, 'validation', 'mape_speedup', '.1%')} "
+            f"({m(r, 'validation_prior', 'mape_speedup', '.1%')}) | {x(r, 'real_track_geomean')} | "
+            f"{x(r, 'real_heldout_geomean')} / {x(r, 'real_heuristic_geomean')} |"
+        )
+    return "\n".join(lines)
+
+
+def save_round_plots(directory: Path, rows: list[dict], points: list[dict]) -> list[Path]:
+    """`onpolicy_error.png` (the errors per round) and `predicted_vs_real.png` (each round's
+    measured schedules: the speedup the surrogate predicted when choosing them against the
+    real one, coloured by round)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    if rows:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        rounds_ = [r["round"] for r in rows]
+        for key, label in (
+            ("on_policy_before", "on-policy, before the update"),
+            ("held_back_after", "held-back programs, after the update"),
+            ("validation", "validation programs (this machine)"),
+        ):
+            values = [(r.get(key) or {}).get("mape_speedup", math.nan) for r in rows]
+            ax.plot(rounds_, values, marker="o", label=label)
+        ax.axhline(0.2, color="grey", linestyle=":", label="20%")
+        ax.set_xlabel("round")
+        ax.set_ylabel("MAPE of speedup")
+        ax.legend()
+        fig.tight_layout()
+        written.append(directory / "onpolicy_error.png")
+        fig.savefig(written[-1], dpi=100)
+        plt.close(fig)
+    if points:
+        fig, ax = plt.subplots(figsize=(5, 5))
+        scatter = ax.scatter(
+            [p["real"] for p in points],
+            [p["predicted"] for p in points],
+            c=[p["round"] for p in points],
+            cmap="viridis",
+            s=12,
+        )
+        low = min(min(p["real"], p["predicted"]) for p in points)
+        high = max(max(p["real"], p["predicted"]) for p in points)
+        ax.plot([low, high], [low, high], color="grey", linewidth=1)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("real speedup (this machine)")
+        ax.set_ylabel("predicted when chosen")
+        fig.colorbar(scatter, label="round")
+        fig.tight_layout()
+        written.append(directory / "predicted_vs_real.png")
+        fig.savefig(written[-1], dpi=100)
+        plt.close(fig)
+    return written

@@ -1,0 +1,171 @@
+"""Re-grounding with a real store and real measurements: a small run of two rounds, killed
+with SIGKILL in the middle of its first round's measurements and resumed."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cost_model.api import CostModel, predict_dataset
+from cost_model.dataset import load_dataset
+from mlirrl_jax.agent.agent import Agent
+from mlirrl_jax.agent.run import run_training
+from mlirrl_jax.agent.train import AgentConfig
+from mlirrl_jax.measure.fingerprint import machine_fingerprint
+from mlirrl_jax.regrounding import RegroundConfig, rounds
+from mlirrl_jax.shipped import SHIPPED_SURROGATE
+from mlirrl_jax.store import MeasurementStore
+
+REPO = Path(__file__).resolve().parents[1]
+AGENT = AgentConfig(
+    envs=32,
+    steps=8,
+    minibatches=2,
+    devices=1,
+    iterations=5,  # rounds after iterations 2 and 4
+    eval_every=0,
+    checkpoint_seconds=0.0,
+    suites=("dl-v0",),
+)
+ROUNDS = dict(
+    rounds=2,
+    iterations_per_round=2,
+    round_programs=2,
+    top_k=2,
+    real_budget=40,
+    track_programs=1,
+    heldout_programs=1,
+    heldout_every=1,
+    calibration_programs=2,
+    validation_programs=1,
+    validation_k=2,
+    max_mflops=0.25,  # element-wise ops and small pools: quick to compile and run
+    update_epochs=20,
+    timeout_s=60.0,
+)
+
+
+def _lines(path: Path) -> list:
+    return (
+        [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+        if path.is_file()
+        else []
+    )
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """The run, killed mid-measurement by SIGKILL, then resumed to its end in this process."""
+    folder = tmp_path_factory.mktemp("regrounding")
+    store, out = folder / "m.db", folder / "run"
+    config_path = folder / "agent.json"
+    config_path.write_text(AGENT.dumps())
+    settings = json.dumps(ROUNDS | {"store": str(store)})
+    process = subprocess.Popen(
+        [sys.executable, "-c", KILLED_RUN, str(out), str(config_path), settings],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    measured = out / "regrounding" / "measured.jsonl"
+    deadline = time.time() + 400
+    while time.time() < deadline and len(_lines(measured)) < 3 and process.poll() is None:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)  # mid-round, measurements in flight
+    process.wait()
+    killed_at = len(_lines(measured))
+    assert killed_at >= 3, "the run never got to measuring"
+    assert not (out / "regrounding" / "rounds.jsonl").is_file()  # round 1 had not ended
+    summary = run_training(out, resume=True, progress=False, regrounding=rounds(None))
+    return {"out": out, "store": store, "killed_at": killed_at, "summary": summary}
+
+
+KILLED_RUN = """
+import json, sys
+from pathlib import Path
+from mlirrl_jax.agent.run import run_training
+from mlirrl_jax.agent.train import AgentConfig
+from mlirrl_jax.regrounding import RegroundConfig, rounds
+out, config, regrounding = Path(sys.argv[1]), Path(sys.argv[2]), json.loads(sys.argv[3])
+agent = AgentConfig.from_json(json.loads(config.read_text()))
+run_training(out, agent, progress=False, regrounding=rounds(RegroundConfig(**regrounding)))
+"""
+
+
+def test_a_round_stores_exactly_what_it_measured_and_nothing_twice(run):
+    here = machine_fingerprint()["machine_id"]
+    folder = run["out"] / "regrounding"
+    spent = {tuple(x) for x in _lines(folder / "measured.jsonl")}
+    with MeasurementStore(run["store"]) as store:
+        rows = list(store.rows(machine_id=here))
+        assert store.machines() == {here}
+    stored = {(r["program_hash"], r["schedule_hash"]) for r in rows}
+    assert stored == spent  # every measurement the run made is stored, and nothing else
+    assert all(r["n_measured"] == 1 for r in rows)  # nothing measured twice across the kill
+    assert len(spent) <= ROUNDS["real_budget"]
+    state = json.loads((folder / "state.json").read_text())
+    assert state["completed"] == 2 and state["spent"] == len(spent)
+    for round_ in (1, 2):
+        planned = json.loads((folder / f"round-{round_}" / "tasks.json").read_text())
+        assert {t["role"] for t in planned} >= {"learn", "baseline", "track", "heldout"}
+        assert all(t["role"] != "calibration" for t in planned) or round_ == 1
+    rows_by_round = _lines(folder / "rounds.jsonl")
+    assert [r["round"] for r in rows_by_round] == [1, 2]
+    assert rows_by_round[0]["on_policy_before"]["rows"] > 0
+    assert rows_by_round[-1]["real_track_geomean"] > 0
+    assert run["summary"]["iterations"] == AGENT.iterations
+
+
+def test_the_update_lowers_the_error_on_the_rounds_schedules(run):
+    here = machine_fingerprint()["machine_id"]
+    folder = run["out"] / "regrounding"
+    planned = json.loads((folder / "round-1" / "tasks.json").read_text())
+    hashes = {t["program_hash"] for t in planned if t["role"] == "learn"}
+    prior = CostModel.load(SHIPPED_SURROGATE)
+    updated = CostModel.load(folder / "round-1" / "surrogate")
+    with MeasurementStore(run["store"]) as store:
+        data = load_dataset(store, here, programs=hashes)
+    errors = [
+        np.mean(np.abs(predict_dataset(model, data) - data.log_time)) for model in (prior, updated)
+    ]
+    assert errors[1] < errors[0], errors
+    # the updated surrogate names its lineage: the prior, and this machine's rows
+    assert updated.meta["prior"]["params_sha256"] == prior.identity["params_sha256"]
+    step = updated.lineage[-1]
+    assert step["step"] == "update" and step["machine_id"] == here and step["rows"] > 0
+    assert updated.meta["machine_id"] == here
+
+
+def test_timing_and_jax_work_never_overlap(run):
+    folder = run["out"] / "regrounding"
+    phases = _lines(folder / "phases.jsonl")
+    measuring = [(p["start"], p["end"]) for p in phases if p["phase"] == "measure"]
+    jax_work = [(p["start"], p["end"]) for p in phases if p["phase"] != "measure"]
+    iterations = _lines(run["out"] / "metrics.jsonl")
+    jax_work += [(m["ended_at"] - m["iteration_seconds"], m["ended_at"]) for m in iterations]
+    assert measuring and len(jax_work) > len(iterations) > 0
+    for start, end in measuring:
+        for other_start, other_end in jax_work:
+            assert end <= other_start or other_end <= start, (start, end, other_start, other_end)
+
+
+def test_the_resumed_agent_loads_with_its_own_surrogate(run):
+    agent = Agent.load(run["out"])
+    own = run["out"] / "regrounding" / "round-2" / "surrogate"
+    assert Path(agent.surrogate.path) == own.resolve()
+    assert agent.surrogate.machine_id == machine_fingerprint()["machine_id"]
+
+
+def test_regrounding_settings_are_checked():
+    with pytest.raises(ValueError, match="selection"):
+        RegroundConfig(selection="best")
+    with pytest.raises(ValueError, match="held_back"):
+        RegroundConfig(held_back=1.0)
+    with pytest.raises(ValueError, match="unknown re-grounding keys"):
+        RegroundConfig.from_json({"round": 3})
