@@ -386,6 +386,7 @@ REGROUNDING_FLAGS = (
     "top_k",
     "iterations_per_round",
     "selection",
+    "update",
     "store",
 )
 
@@ -579,6 +580,11 @@ def build_parser() -> argparse.ArgumentParser:
     ground.add_argument("--top-k", type=int, help="schedules per program per round (8)")
     ground.add_argument("--iterations-per-round", type=int, help="PPO iterations per round (60)")
     ground.add_argument("--selection", choices=["gain", "uniform"], help="program choice (gain)")
+    ground.add_argument(
+        "--update",
+        choices=["measured", "anchored", "residual"],
+        help="what an update learns from (see RegroundConfig.update; default measured)",
+    )
     ground.add_argument("--store", help="measurement store (data/measurements.db)")
     p.set_defaults(func=cmd_train)
     return parser

@@ -54,12 +54,13 @@ from mlirrl_jax.heuristics import heuristic_schedule
 from mlirrl_jax.measure.fingerprint import machine_fingerprint
 from mlirrl_jax.measure.timing import TimingMethod
 from mlirrl_jax.programs.ir import Program
+from mlirrl_jax.sampler import EpisodeSampler, random_policy
 from mlirrl_jax.schedule import Schedule
 from mlirrl_jax.store import MeasurementStore
 from mlirrl_jax.validate import geomean, pick_evenly
 
 SELECTIONS = ("gain", "uniform")
-UPDATES = ("measured", "anchored")
+UPDATES = ("measured", "anchored", "residual")
 
 
 @dataclass(frozen=True)
@@ -80,8 +81,10 @@ class RegroundConfig:
     """How a round picks its programs: "gain" (largest predicted gain of the agent over the
     heuristic) or "uniform"."""
     update: str = "measured"
-    """What an update learns from: "measured" (this machine's rows) or "anchored" (plus
-    random states labeled by the prior, in proportion `anchor_share`)."""
+    """What an update learns from: "measured" (this machine's rows alone), "anchored" (plus
+    random states of the same programs labeled by the prior) or "residual" (plus random states
+    labeled by the prior corrected by small trees fitted on this machine's rows to what the
+    prior gets wrong there); anchor states: `anchor_share` per measured row."""
     anchor_share: float = 0.5
     """With `update="anchored"`: anchor states per measured row."""
     update_epochs: int = 20
@@ -99,8 +102,9 @@ class RegroundConfig:
     baseline and the agent's greedy schedule."""
     validation_programs: int = 16
     """Surrogate-validation programs measured once, to score the surrogate on this machine."""
-    validation_k: int = 6
-    """Schedules per validation program (the agent's top by the prior), besides the baseline."""
+    validation_k: int = 8
+    """Random schedules per validation program (as collection samples them), besides the
+    baseline."""
     max_mflops: float = 400.0
     """Only programs of at most this many MFLOP are measured (a measurement's time)."""
     store: str = "data/measurements.db"
@@ -158,6 +162,7 @@ class Planned:
             "program": self.program.name,
             "program_hash": self.program.hash,
             "schedule": self.schedule.to_json(),
+            "schedule_hash": self.schedule.hash,
             "role": self.role,
             "predicted_speedup": self.predicted_speedup,
         }
@@ -205,6 +210,8 @@ class Regrounding:
                 )
         else:
             _write_atomic(config_path, json.dumps(config.to_json(), indent=1))
+            prior_record = {"path": prior.path, **prior.identity}
+            _write_atomic(self.dir / "prior.json", json.dumps(prior_record, indent=1))
         state_path = self.dir / "state.json"
         self.state = (
             json.loads(state_path.read_text())
@@ -354,8 +361,7 @@ class Regrounding:
             calibration = pick_evenly(self.pool[::-1], c.calibration_programs)
             planned += [Planned(p, s[0].schedule, "calibration") for p, s in best(calibration)]
         if round_ == 1:
-            for program, scored in best(self.validation, c.validation_k):
-                planned += [Planned(program, s.schedule, "validation") for s in scored]
+            planned += self._validation_schedules()
         chosen_before = set(self.state["chosen"])
         candidates = [p for p in self.pool if p.name not in chosen_before]
         if c.selection == "uniform":
@@ -380,6 +386,26 @@ class Regrounding:
         for program in {p.program.name: p.program for p in planned}.values():
             planned.append(Planned(program, Schedule(), "baseline"))
         return self._within_budget(planned)
+
+    def _validation_schedules(self) -> list[Planned]:
+        """`validation_k` distinct random schedules of each validation program, drawn as
+        collection draws them (half uniform, half biased toward deeper schedules): the spread
+        of schedules the surrogate's own validation scores it on, never the agent's."""
+        c = self.config
+        uniform = EpisodeSampler(self.validation, random_policy(1.0))
+        samplers = [uniform, EpisodeSampler(self.validation, random_policy(0.25), uniform.table)]
+        planned = []
+        for i, program in enumerate(self.validation):
+            found: dict[str, Schedule] = {}
+            for draw in range(8 * c.validation_k):
+                if len(found) == c.validation_k:
+                    break
+                key = jax.random.PRNGKey(c.seed * 1_000_003 + i * 1009 + draw)
+                schedule, _ = samplers[draw % 2].schedule(i, key)
+                if schedule.ops:  # the empty schedule is the baseline, measured anyway
+                    found.setdefault(schedule.hash, schedule)
+            planned += [Planned(program, s, "validation") for s in found.values()]
+        return planned
 
     def _within_budget(self, planned: list[Planned]) -> list[Planned]:
         """The plan cut to the budget left: learning schedules go first, last ones first.
@@ -475,11 +501,10 @@ class Regrounding:
         row["on_policy_before"] = _metrics(model, on_policy, self._round_schedules(planned))
         train = [p for p in self.pool if p.name not in held]
         data = self._rows(train)
-        anchor = None
-        if data is not None and c.update == "anchored":
-            anchor = random_states(data, int(c.anchor_share * len(data)), seed=c.seed + round_)
-            anchor.log_time = predict_dataset(self._prior_model(), anchor)
         if data is not None:
+            anchor = anchor_states(
+                c.update, data, self._prior_model(), c.anchor_share, c.seed + round_
+            )
             started = time.perf_counter()
             model = model.update(
                 data,
@@ -548,6 +573,47 @@ class Regrounding:
                 out["real_heldout_geomean"] / out["real_heuristic_geomean"]
             )
         return out
+
+
+RESIDUAL_TREES = {
+    "objective": "regression",
+    "learning_rate": 0.05,
+    "num_leaves": 15,
+    "min_data_in_leaf": 10,
+    "feature_fraction": 0.5,
+    "bagging_fraction": 0.8,
+    "bagging_freq": 1,
+    "deterministic": True,
+    "verbose": -1,
+}
+RESIDUAL_ROUNDS = 150
+
+
+def anchor_states(
+    kind: str, data: Dataset, prior: CostModel, share: float, seed: int
+) -> Dataset | None:
+    """The unmeasured states an update of `kind` learns from beside `data` (see
+    `RegroundConfig.update`): None for "measured"."""
+    if kind == "measured" or share <= 0:
+        return None
+    anchor = random_states(data, max(1, int(share * len(data))), seed=seed)
+    anchor.log_time = predict_dataset(prior, anchor)
+    if kind == "residual":
+        import lightgbm
+
+        from cost_model.teacher import tree_inputs
+
+        inputs, _ = tree_inputs(data.features)
+        residual = data.log_time - predict_dataset(prior, data)
+        params = {**RESIDUAL_TREES, "seed": seed, "num_threads": os.cpu_count() or 1}
+        booster = lightgbm.train(
+            params, lightgbm.Dataset(inputs, residual), num_boost_round=RESIDUAL_ROUNDS
+        )
+        correction = booster.predict(
+            tree_inputs(anchor.features)[0], num_threads=params["num_threads"]
+        )
+        anchor.log_time = (anchor.log_time + correction).astype(np.float32)
+    return anchor
 
 
 def _metrics(model: CostModel, data: Dataset | None, only: set | None = None) -> dict | None:
