@@ -396,19 +396,23 @@ def _rounds(args):
     from mlirrl_jax.regrounding import RegroundConfig, rounds
 
     given = {f: getattr(args, f) for f in REGROUNDING_FLAGS if getattr(args, f) is not None}
+    flags = list(given)
+    if args.regrounding_config:
+        given = {**json.loads(Path(args.regrounding_config).read_text()), **given}
+        flags.append("regrounding_config")
     if args.resume:
         if given:
-            raise ValueError(f"a resumed run keeps its re-grounding settings: drop {_flags(given)}")
+            raise ValueError(f"a resumed run keeps its re-grounding settings: drop {_flags(flags)}")
         return rounds(None)
     if not given.get("rounds"):
         if given:
-            raise ValueError(f"{_flags(given)} need --rounds N (N > 0)")
+            raise ValueError(f"{_flags(flags)}: re-grounding needs rounds > 0 (--rounds N)")
         return None
-    return rounds(RegroundConfig(**given))
+    return rounds(RegroundConfig.from_json(given))
 
 
-def _flags(given: dict) -> str:
-    return ", ".join("--" + name.replace("_", "-") for name in given)
+def _flags(names) -> str:
+    return ", ".join("--" + name.replace("_", "-") for name in names)
 
 
 def _add_measure_options(parser: argparse.ArgumentParser) -> None:
@@ -586,6 +590,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="what an update learns from (see RegroundConfig.update; default measured)",
     )
     ground.add_argument("--store", help="measurement store (data/measurements.db)")
+    ground.add_argument(
+        "--regrounding-config", help="JSON file of RegroundConfig fields (flags override it)"
+    )
     p.set_defaults(func=cmd_train)
     return parser
 

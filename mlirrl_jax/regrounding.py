@@ -99,7 +99,9 @@ class RegroundConfig:
     """Rounds between two measurements of the held-out programs (and at the last round)."""
     calibration_programs: int = 24
     """Round 1 on a machine without its own rows: training programs measured for their
-    baseline and the agent's greedy schedule."""
+    baseline, the agent's greedy schedule and `calibration_k` random schedules."""
+    calibration_k: int = 0
+    """Random schedules per calibration program (as collection samples them)."""
     validation_programs: int = 16
     """Surrogate-validation programs measured once, to score the surrogate on this machine."""
     validation_k: int = 8
@@ -360,8 +362,9 @@ class Regrounding:
         if round_ == 1 and not measured & {p.hash for p in self.pool}:
             calibration = pick_evenly(self.pool[::-1], c.calibration_programs)
             planned += [Planned(p, s[0].schedule, "calibration") for p, s in best(calibration)]
+            planned += self._random_schedules(calibration, c.calibration_k, "calibration")
         if round_ == 1:
-            planned += self._validation_schedules()
+            planned += self._random_schedules(self.validation, c.validation_k, "validation")
         chosen_before = set(self.state["chosen"])
         candidates = [p for p in self.pool if p.name not in chosen_before]
         if c.selection == "uniform":
@@ -387,24 +390,27 @@ class Regrounding:
             planned.append(Planned(program, Schedule(), "baseline"))
         return self._within_budget(planned)
 
-    def _validation_schedules(self) -> list[Planned]:
-        """`validation_k` distinct random schedules of each validation program, drawn as
-        collection draws them (half uniform, half biased toward deeper schedules): the spread
-        of schedules the surrogate's own validation scores it on, never the agent's."""
-        c = self.config
-        uniform = EpisodeSampler(self.validation, random_policy(1.0))
-        samplers = [uniform, EpisodeSampler(self.validation, random_policy(0.25), uniform.table)]
-        planned = []
-        for i, program in enumerate(self.validation):
+    def _random_schedules(self, programs: list[Program], k: int, role: str) -> list[Planned]:
+        """`k` distinct random schedules of each program, drawn as collection draws them
+        (half uniform, half biased toward deeper schedules): the spread of schedules the
+        surrogate's own validation scores it on, never the agent's."""
+        if not programs or k < 1:
+            return []
+        uniform = EpisodeSampler(programs, random_policy(1.0))
+        samplers = [uniform, EpisodeSampler(programs, random_policy(0.25), uniform.table)]
+        planned, salt = [], sum(map(ord, role))
+        for i, program in enumerate(programs):
             found: dict[str, Schedule] = {}
-            for draw in range(8 * c.validation_k):
-                if len(found) == c.validation_k:
+            for draw in range(8 * k):
+                if len(found) == k:
                     break
-                key = jax.random.PRNGKey(c.seed * 1_000_003 + i * 1009 + draw)
+                key = jax.random.PRNGKey(
+                    self.config.seed * 1_000_003 + salt * 7919 + i * 1009 + draw
+                )
                 schedule, _ = samplers[draw % 2].schedule(i, key)
                 if schedule.ops:  # the empty schedule is the baseline, measured anyway
                     found.setdefault(schedule.hash, schedule)
-            planned += [Planned(program, s, "validation") for s in found.values()]
+            planned += [Planned(program, s, role) for s in found.values()]
         return planned
 
     def _within_budget(self, planned: list[Planned]) -> list[Planned]:
@@ -685,6 +691,7 @@ def rounds(config: RegroundConfig | None):
             progress,
         )
 
+    build.config = config  # None: the resumed run's own
     return build
 
 

@@ -169,3 +169,23 @@ def test_regrounding_settings_are_checked():
         RegroundConfig(held_back=1.0)
     with pytest.raises(ValueError, match="unknown re-grounding keys"):
         RegroundConfig.from_json({"round": 3})
+
+
+def test_the_train_commands_regrounding_settings(tmp_path):
+    from mlirrl_jax.cli import _rounds, build_parser
+
+    def parsed(*extra):
+        return build_parser().parse_args(["train", "--out", str(tmp_path / "run"), *extra])
+
+    assert _rounds(parsed()) is None  # simulated training only
+    with pytest.raises(ValueError, match="--top-k: re-grounding needs rounds > 0"):
+        _rounds(parsed("--top-k", "3"))
+    with pytest.raises(ValueError, match="keeps its re-grounding settings: drop --rounds"):
+        _rounds(parsed("--resume", "--rounds", "2"))
+    settings = tmp_path / "rounds.json"
+    settings.write_text(json.dumps({"rounds": 3, "calibration_k": 4, "top_k": 5}))
+    chosen = _rounds(parsed("--regrounding-config", str(settings), "--top-k", "2")).config
+    assert (chosen.rounds, chosen.calibration_k, chosen.top_k) == (3, 4, 2)  # flags win
+    settings.write_text(json.dumps({"rounds": 3, "calibraton_k": 4}))
+    with pytest.raises(ValueError, match="unknown re-grounding keys"):
+        _rounds(parsed("--regrounding-config", str(settings)))
