@@ -587,7 +587,7 @@ def build_parser() -> argparse.ArgumentParser:
     ground.add_argument(
         "--update",
         choices=["measured", "anchored", "residual"],
-        help="what an update learns from (see RegroundConfig.update; default measured)",
+        help="what an update learns from (see RegroundConfig.update; default residual)",
     )
     ground.add_argument("--store", help="measurement store (data/measurements.db)")
     ground.add_argument(

@@ -80,7 +80,7 @@ class RegroundConfig:
     selection: str = "gain"
     """How a round picks its programs: "gain" (largest predicted gain of the agent over the
     heuristic) or "uniform"."""
-    update: str = "measured"
+    update: str = "residual"
     """What an update learns from: "measured" (this machine's rows alone), "anchored" (plus
     random states of the same programs labeled by the prior) or "residual" (plus random states
     labeled by the prior corrected by small trees fitted on this machine's rows to what the
