@@ -30,7 +30,7 @@ from cost_model.model import ModelConfig
 from cost_model.train import TrainConfig
 from mlirrl_jax.measure.fingerprint import machine_fingerprint
 from mlirrl_jax.programs.ir import load_program
-from mlirrl_jax.regrounding import RegroundConfig, _metrics, anchor_states
+from mlirrl_jax.regrounding import RegroundConfig, anchor_states, surrogate_metrics
 from mlirrl_jax.schedule import Schedule
 from mlirrl_jax.shipped import SHIPPED_SURROGATE
 from mlirrl_jax.store import MeasurementStore
@@ -116,8 +116,8 @@ def main() -> None:
         started = time.perf_counter()
         model = make()
         seconds = time.perf_counter() - started
-        mine = _metrics(model, on_policy, on_policy_keys)
-        held = _metrics(model, validation)
+        mine = surrogate_metrics(model, on_policy, on_policy_keys)
+        held = surrogate_metrics(model, validation)
         cells = [
             f"{mine['mape_speedup']:.1%}",
             f"{mine['spearman']:.3f}",

@@ -503,8 +503,9 @@ class Regrounding:
             "selection": c.selection,
             "update": c.update,
         }
+        before, mine = model, self._round_schedules(planned)
         on_policy = self._rows([self.by_name[n] for n in learn])
-        row["on_policy_before"] = _metrics(model, on_policy, self._round_schedules(planned))
+        row["on_policy_before"] = surrogate_metrics(model, on_policy, mine)
         train = [p for p in self.pool if p.name not in held]
         data = self._rows(train)
         if data is not None:
@@ -522,14 +523,11 @@ class Regrounding:
             row["update_seconds"] = time.perf_counter() - started
             row["update_rows"] = len(data)
         held_rows = self._rows([self.by_name[n] for n in sorted(held)])
-        row["held_back_after"] = _metrics(model, held_rows, self._round_schedules(planned))
-        if held_rows is not None:
-            row["held_back_before"] = _metrics(
-                CostModel.load(surrogate.path), held_rows, self._round_schedules(planned)
-            )
+        row["held_back_after"] = surrogate_metrics(model, held_rows, mine)
+        row["held_back_before"] = surrogate_metrics(before, held_rows, mine)
         validation = self._rows(self.validation)
-        row["validation"] = _metrics(model, validation)
-        row["validation_prior"] = _metrics(self._prior_model(), validation)
+        row["validation"] = surrogate_metrics(model, validation)
+        row["validation_prior"] = surrogate_metrics(self._prior_model(), validation)
         row.update(self._real_speedups(planned, folder))
         target = self.surrogate_dir(round_)
         tmp = target.with_name("surrogate.tmp")
@@ -622,7 +620,9 @@ def anchor_states(
     return anchor
 
 
-def _metrics(model: CostModel, data: Dataset | None, only: set | None = None) -> dict | None:
+def surrogate_metrics(
+    model: CostModel, data: Dataset | None, only: set | None = None
+) -> dict | None:
     """The surrogate's error on `data` (on-policy: on the rows of `only`'s schedules, each
     program's baseline kept): MAPE of speedup, Spearman per program, pairwise accuracy, and
     how often its top-1 is the measured top-1."""
