@@ -71,7 +71,7 @@ def main() -> None:
     if any(not 0 < f <= 1 for f in fractions):
         parser.error(f"--fractions must lie in (0, 1]: {args.fractions}")
     machine = args.machine or machine_fingerprint()["machine_id"]
-    data = load_dataset(MeasurementStore(args.store), machine)
+    data = load_dataset(MeasurementStore(args.store, create=False), machine)
     train = data.of_programs(programs_in_split(data, TRAIN))
     test = data.of_programs(programs_in_split(data, SURROGATE_VALIDATION))
     train_programs = np.unique(train.program)

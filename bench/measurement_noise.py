@@ -34,7 +34,7 @@ def main() -> None:
     rng = np.random.default_rng(args.seed)
     machine = machine_fingerprint()["machine_id"]
     empty = Schedule().hash
-    with MeasurementStore(args.store) as store:
+    with MeasurementStore(args.store, create=False) as store:
         rows = [r for r in store.rows(machine_id=machine, status="ok") if r["threads"] == 1]
         by_program: dict[str, list[dict]] = {}
         for r in rows:

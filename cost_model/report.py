@@ -105,7 +105,7 @@ def fit_and_report(
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    with MeasurementStore(store_path) as store:
+    with MeasurementStore(store_path, create=False) as store:
         data = load_dataset(store, machine_id)
     held = programs_in_split(data, SURROGATE_VALIDATION)
     trained_on = programs_in_split(data, TRAIN)
@@ -221,7 +221,7 @@ def evaluate_saved(model_dir: Path, dataset_path: Path) -> dict:
             store_path = Path(tmp) / "seed.db"
             with MeasurementStore(store_path) as store:
                 store.import_parquet(dataset_path, allow_other_machines=True)  # read by id
-        with MeasurementStore(store_path) as store:
+        with MeasurementStore(store_path, create=False) as store:
             data = load_dataset(store, machine)
     names = set(model.meta.get("held_out_programs", []))
     held = {i for i, p in enumerate(data.programs) if p.name in names}

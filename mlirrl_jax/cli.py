@@ -5,19 +5,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
 from mlirrl_jax.heuristics import heuristic_schedule
+from mlirrl_jax.interrupt import stop_on_ctrl_c
 from mlirrl_jax.measure.runner import DEFAULT_MEM_LIMIT_MB, DEFAULT_TIMEOUT_S, Runner
 from mlirrl_jax.measure.timing import Measurement, TimingMethod, speedup
 from mlirrl_jax.programs import generate
 from mlirrl_jax.programs.ir import Program, ProgramError, load_program, parse_program
-from mlirrl_jax.report import format_table, save_speedup_plot
 from mlirrl_jax.schedule import Schedule, ScheduleError
-from mlirrl_jax.shipped import SHIPPED_SEEDS, SHIPPED_SURROGATE
 from mlirrl_jax.splits import SPLITS
 from mlirrl_jax.transform import transform_script
 
@@ -54,12 +54,23 @@ def _runner(args: argparse.Namespace) -> Runner:
     return Runner(timeout_s=args.timeout, mem_limit_mb=args.mem_limit)
 
 
-def cmd_measure(args) -> int:
-    program = load_program(args.program)
+def schedule_to_measure(args, program: Program) -> tuple[Schedule, str]:
+    """`measure`'s schedule (--schedule, else the heuristic's for --threads) and its label,
+    checked against the program before anything is measured."""
     if args.schedule:
         schedule, label = Schedule.load(args.schedule), args.schedule
     else:
-        schedule, label = heuristic_schedule(program), "heuristic schedule"
+        schedule, label = heuristic_schedule(program, args.threads), "heuristic schedule"
+    try:
+        transform_script(program, schedule)  # op ids, loop counts, permutations: no compiling
+    except ScheduleError as exc:
+        raise ScheduleError(f"{label} does not fit {program.name}: {exc}") from None
+    return schedule, label
+
+
+def cmd_measure(args) -> int:
+    program = load_program(args.program)
+    schedule, label = schedule_to_measure(args, program)
     method = TimingMethod(seed=args.seed)
     with _runner(args) as runner:
         base = runner.measure(program, None, threads=1, method=method)
@@ -84,135 +95,115 @@ def cmd_measure(args) -> int:
     return 0 if tuned.ok else 1
 
 
+DEMO_VALIDATION = (  # held-out dl-v0 test programs of several kinds, small enough for minutes
+    "suite://dl-v0/matmul_m32_n1000_k512",
+    "suite://dl-v0/conv2d_nhwc_n1_h56_w56_c64_f128_k1_s2_d1",
+    "suite://dl-v0/conv_bias_relu_n1_h28_w28_c32_f192_k1_s1_d1",
+    "suite://dl-v0/depthwise_n1_h30_w30_c192_k3_s1_d1",
+    "suite://dl-v0/pool_max_n1_h56_w56_c256_k2_s2_d1",
+    "suite://dl-v0/relu_1x56x56x256",
+)
+DEMO_REGROUNDING = {  # a short re-grounding: a few hundred measurements of this machine
+    "rounds": 2,
+    "iterations_per_round": 30,
+    "round_programs": 12,
+    "top_k": 6,
+    "real_budget": 400,
+    "track_programs": 6,
+    "heldout_programs": 6,
+    "heldout_every": 1,
+    "calibration_programs": 16,
+    "validation_programs": 8,
+    "validation_k": 6,
+}
+
+
 def cmd_demo(args) -> int:
+    """The main job: adapt the shipped surrogate and agent to this machine (a short
+    re-grounding while training on from the shipped agent), then validate the adapted agent
+    on held-out programs against unscheduled code, the heuristic, random search and XLA."""
     from mlirrl_jax.host_devices import use_compilation_cache, use_host_devices
 
-    if args.agent_minutes > 0 and args.out and (Path(args.out) / "agent" / "checkpoints").exists():
-        raise ValueError(f"{args.out}/agent already holds an agent run: choose another --out")
+    out_dir = Path(args.out or f"runs/demo-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+    run = out_dir / "agent"
+    if (run / "checkpoints").exists():
+        raise ValueError(f"{run} already holds an agent run: choose another --out")
     use_host_devices()  # before any JAX work: the agent's environments use every core
     use_compilation_cache()
-    out_dir = Path(args.out or f"runs/demo-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    programs = [load_program(p) for p in args.programs] if args.programs else demo_programs()
-    rows, records = [], []
-    started = time.perf_counter()
-    print(f"measuring {len(programs)} programs, unscheduled and with the heuristic schedule")
-    with _runner(args) as runner:
-        for index, program in enumerate(programs, 1):
-            schedule = heuristic_schedule(program)
-            base = runner.measure(program, None, method=TimingMethod(seed=args.seed))
-            tuned = runner.measure(
-                program,
-                schedule,
-                threads=args.threads,
-                runtime=args.runtime,
-                method=TimingMethod(seed=args.seed),
-            )
-            rows.append(_measurement_row(program, base, tuned))
-            records.append(
-                {
-                    "program": program.name,
-                    "schedule": schedule.to_json(),
-                    "baseline": base.to_json(),
-                    "scheduled": tuned.to_json(),
-                }
-            )
-            elapsed = time.perf_counter() - started
-            eta = elapsed / index * (len(programs) - index)
-            print(
-                f"  [{index}/{len(programs)}] {program.name}: {tuned.summary()}"
-                f"  ({elapsed:.0f} s elapsed, ~{eta:.0f} s left)",
-                flush=True,
-            )
-    table = format_table(rows)
-    print()
-    print(table)
-    (out_dir / "results.json").write_text(json.dumps(records, indent=1))
-    (out_dir / "results.md").write_text(
-        f"# Demo: unscheduled vs heuristic schedule\n\ncommand: `mlirrl-jax {' '.join(sys.argv[1:])}`\n\n"
-        + table
-        + "\n"
-    )
-    plot = save_speedup_plot(rows, out_dir / "speedup.png")
-    print(f"\nresults: {out_dir}/results.md, results.json" + (f", {plot.name}" if plot else ""))
-    if args.surrogate_metrics:
-        _demo_surrogate(out_dir)
-    agent_ok = _demo_agent(out_dir, args)
-    return 0 if all(r["verified"] for r in rows) and agent_ok else 1
-
-
-def _demo_surrogate(out_dir: Path) -> None:
-    """Load the shipped surrogate and print its metrics on its held-out programs."""
-    from cost_model.report import evaluate_saved, format_metrics
-    from mlirrl_jax.measure.fingerprint import machine_fingerprint
-
-    seeds = sorted(SHIPPED_SEEDS.glob("*.parquet"))
-    if not (SHIPPED_SURROGATE / "model.json").is_file() or not seeds:
-        print(
-            "\nno shipped surrogate yet (data/cost_model): collect measurements with "
-            "`mlirrl-jax collect` and train one with `mlirrl-jax fit-cost-model`"
-        )
-        return
-    print(
-        f"\nsurrogate cost model {SHIPPED_SURROGATE}, evaluated on its held-out programs "
-        f"with the seed dataset {seeds[0].name}:"
-    )
-    result = evaluate_saved(SHIPPED_SURROGATE, seeds[0])
-    print(format_metrics(result))
-    print(
-        f"({result['held_out_rows']} schedules of {result['held_out_programs']} held-out programs)"
-    )
-    (out_dir / "surrogate_metrics.json").write_text(json.dumps(result, indent=1))
-    here = machine_fingerprint()["machine_id"]
-    if result["machine_id"] != here:
-        print(
-            f"note: the shipped model was trained on machine {result['machine_id']}; this is "
-            f"{here}. Its predictions are not valid here: collect this machine's own data."
-        )
-
-
-def _demo_agent(out_dir: Path, args) -> bool:
-    """Train the agent on the shipped surrogate, then measure its schedules of some test
-    programs for real against the heuristic; says whether every measurement verified."""
-    if args.agent_minutes <= 0 or not (SHIPPED_SURROGATE / "model.json").is_file():
-        return True
     from mlirrl_jax.agent.agent import Agent
+    from mlirrl_jax.agent.checkpoint import load_meta
     from mlirrl_jax.agent.run import run_training
     from mlirrl_jax.agent.train import AgentConfig
-    from mlirrl_jax.splits import TEST, entries
-    from mlirrl_jax.validate import (
-        format_report,
-        measure_against_baselines,
-        pick_evenly,
-        save_plot,
-        summarize,
-    )
+    from mlirrl_jax.measure.fingerprint import machine_fingerprint
+    from mlirrl_jax.measure.peak import fma_peak_gflops
+    from mlirrl_jax.regrounding import RegroundConfig, rounds
+    from mlirrl_jax.shipped import ADAPTED, SHIPPED_AGENT
+    from mlirrl_jax.validation import Validation, ValidationConfig
 
-    run = out_dir / "agent"
-    print(f"\ntraining the agent on the shipped surrogate for {args.agent_minutes:g} minutes")
-    run_training(run, AgentConfig(minutes=args.agent_minutes))
-    chosen = pick_evenly(entries(TEST, ("dl-v0",)), args.agent_programs)
-    programs = [parse_program(e.text, e.uri) for e in chosen]
-    print(f"\nthe agent's greedy schedules of {len(programs)} dl-v0 test programs, measured:")
-    agent = Agent.load(run)
-    with _runner(args) as runner:
-        rows = measure_against_baselines(
-            agent, programs, runner, TimingMethod(seed=args.seed), progress=print
-        )
-    summary = summarize(rows)
-    report = format_report(rows, summary)
-    print(report)
-    (out_dir / "agent_real.md").write_text(
-        f"# The agent (trained {args.agent_minutes:g} min) vs the heuristic, measured\n\n"
-        + report
-        + "\n"
+    started = time.perf_counter()
+    here = machine_fingerprint()["machine_id"]
+    shipped = (SHIPPED_AGENT / "checkpoints").is_dir()
+    config = AgentConfig.from_json(load_meta(SHIPPED_AGENT)["config"]) if shipped else AgentConfig()
+    settings = {**DEMO_REGROUNDING, "store": args.store}
+    if args.rounds is not None:
+        settings["rounds"] = args.rounds
+    if args.real_budget is not None:
+        settings["real_budget"] = args.real_budget
+    regrounding = RegroundConfig.from_json(settings)
+    iterations = args.iterations or regrounding.rounds * regrounding.iterations_per_round + 30
+    print(
+        f"machine {here}: adapting the {'shipped agent' if shipped else 'a new agent'} and the "
+        f"shipped surrogate to it ({regrounding.rounds} re-grounding rounds, at most "
+        f"{regrounding.real_budget} real measurements into {regrounding.store}; "
+        f"{iterations} PPO iterations); run in {run}",
+        flush=True,
     )
-    (out_dir / "agent_real.json").write_text(
-        json.dumps({"summary": summary, "rows": rows}, indent=1)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    run_training(
+        run,
+        replace(config, minutes=0.0, iterations=iterations),
+        regrounding=rounds(regrounding),
+        init_agent=SHIPPED_AGENT if shipped else None,
     )
-    save_plot(rows, out_dir / "agent_real.png")
-    print(f"\nagent run: {run} (learning_curve.png); {out_dir}/agent_real.md, agent_real.png")
-    return all(r["verified"] for r in rows)
+    ADAPTED.mkdir(parents=True, exist_ok=True)
+    (ADAPTED / f"{here}.json").write_text(json.dumps({"run": str(run)}, indent=1))
+    adapted_s = time.perf_counter() - started
+    print(
+        (run / "regrounding" / "rounds.md").read_text()
+        if (run / "regrounding" / "rounds.md").is_file()
+        else ""
+    )
+    programs = [load_program(p) for p in (args.programs or DEMO_VALIDATION)]
+    print(
+        f"\nadapted in {adapted_s / 60:.1f} min; `mlirrl-jax optimize` now uses this agent on this "
+        f"machine. Validating it on {len(programs)} held-out programs:",
+        flush=True,
+    )
+    validation = Validation(
+        Agent.load(run),
+        programs,
+        out_dir,
+        ValidationConfig(
+            threads=args.threads,
+            budget=args.budget,
+            guided_samples=max(64, args.budget),
+            timeout_s=args.timeout,
+            mem_limit_mb=args.mem_limit,
+            seed=args.seed,
+            store=args.store,
+        ),
+        agent_run=str(run),
+    )
+    rows = validation.run()
+    summary = validation.report(rows, fma_peak_gflops())
+    print((out_dir / "validation.md").read_text())
+    print(
+        f"whole pipeline in {(time.perf_counter() - started) / 60:.1f} min. Report: "
+        f"{out_dir}/validation.md, validation.json, validation_*.png; re-grounding: "
+        f"{run}/regrounding/rounds.md, onpolicy_error.png, predicted_vs_real.png"
+    )
+    failed = sum(len(r["failed"]) + r["unverified"] for r in rows)
+    return 0 if summary["threads"] and not failed else 1
 
 
 def cmd_suite(args) -> int:
@@ -301,7 +292,7 @@ def cmd_store(args) -> int:
     from mlirrl_jax.measure.fingerprint import machine_fingerprint
     from mlirrl_jax.store import MeasurementStore
 
-    with MeasurementStore(args.store) as store:
+    with MeasurementStore(args.store, create=args.action == "import") as store:
         if args.action == "summary":
             print(json.dumps(store.summary(), indent=1))
         elif args.action == "export":
@@ -379,6 +370,121 @@ def cmd_train(args) -> int:
     return 0
 
 
+def _thread_counts(text: str) -> tuple[int, ...]:
+    try:
+        counts = tuple(int(t) for t in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--threads {text!r}: expected e.g. 1 or 1,2") from None
+    if any(c < 1 for c in counts):
+        raise argparse.ArgumentTypeError(f"--threads {text!r}: thread counts must be >= 1")
+    return counts
+
+
+def _validation_programs(args) -> list[Program]:
+    from mlirrl_jax.splits import entries
+    from mlirrl_jax.validate import pick_evenly
+
+    if args.files:
+        if args.suite or args.split:
+            raise ValueError("give programs as FILES or as --suite/--split, not both")
+        programs = [load_program(f) for f in args.files]
+    else:
+        chosen = entries(args.split or "test", (args.suite or "dl-v0",))
+        if not chosen:
+            raise ValueError(
+                f"the suite {args.suite or 'dl-v0'} has no {args.split or 'test'} programs"
+            )
+        programs = [parse_program(e.text, e.uri) for e in chosen]
+    if args.kind:
+        from mlirrl_jax.validate import program_kind
+
+        programs = [p for p in programs if program_kind(p) in set(args.kind.split(","))]
+        if not programs:
+            raise ValueError(f"no program of kind {args.kind}")
+    if args.programs is not None:
+        if args.programs < 1:
+            raise ValueError(f"--programs must be at least 1, got {args.programs}")
+        programs = pick_evenly(programs, args.programs)
+    return programs
+
+
+def cmd_validate(args) -> int:
+    from mlirrl_jax.host_devices import use_compilation_cache
+
+    use_compilation_cache()
+    from mlirrl_jax.agent.agent import Agent
+    from mlirrl_jax.measure.peak import fma_peak_gflops
+    from mlirrl_jax.optimize import check_program, default_agent_run
+    from mlirrl_jax.validation import Validation, ValidationConfig
+
+    run = Path(args.run) if args.run else default_agent_run()
+    programs = _validation_programs(args)
+    for program in programs:
+        check_program(program)
+    if args.out:
+        out = Path(args.out)
+    elif "runs" in run.resolve().parts:
+        out = run
+    else:
+        out = Path(f"runs/validate-{time.strftime('%Y%m%d-%H%M%S')}")
+    config = ValidationConfig(
+        threads=args.threads,
+        budget=args.budget,
+        random_factor=args.random_factor,
+        guided_samples=args.guided_samples,
+        xla=args.xla,
+        seed=args.seed,
+        timeout_s=args.timeout,
+        mem_limit_mb=args.mem_limit,
+        store=args.store,
+    )
+    agent = Agent.load(run)
+    print(
+        f"validating the agent {run} on {len(programs)} programs at {list(config.threads)} "
+        f"thread(s), k = {config.budget}; report in {out}",
+        file=sys.stderr,
+    )
+    validation = Validation(agent, programs, out, config, agent_run=str(run))
+    rows = validation.run()
+    peak = fma_peak_gflops()
+    validation.report(rows, peak)
+    print((out / "validation.md").read_text())
+    print(
+        f"report: {out}/validation.md, validation.json, validation_speedups.png, "
+        "validation_cdf.png, validation_predicted.png",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def cmd_optimize(args) -> int:
+    from mlirrl_jax.host_devices import use_compilation_cache
+
+    use_compilation_cache()
+    from mlirrl_jax.optimize import optimize
+
+    summary = optimize(
+        args.kernel,
+        args.out,
+        budget=args.budget,
+        threads=args.threads,
+        run=args.run,
+        timeout_s=args.timeout,
+        mem_limit_mb=args.mem_limit,
+        seed=args.seed,
+        say=lambda text: print(text, file=sys.stderr, flush=True),
+    )
+    print(
+        f"best: {summary['best_source']}, {summary['best_ms']:.3f} ms, "
+        f"{summary['speedup']:.2f}x over unscheduled"
+        + (f", {summary['over_heuristic']:.2f}x the heuristic" if summary["over_heuristic"] else "")
+        + f" (verified); {summary['schedule']}"
+    )
+    print(f"wrote {args.out}: schedule.json, transform.mlir, transformed.mlir, summary.json")
+    print(f"replay: {summary['replay']}")
+    return 0
+
+
 REGROUNDING_FLAGS = (
     "rounds",
     "real_budget",
@@ -415,8 +521,30 @@ def _flags(names) -> str:
     return ", ".join("--" + name.replace("_", "-") for name in names)
 
 
+def _positive(kind: type):
+    """An argparse type: a finite number of `kind` above 0."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not {'an integer' if kind is int else 'a number'}"
+            ) from None
+        if not (math.isfinite(value) and value > 0):
+            raise argparse.ArgumentTypeError(f"{text} must be > 0")
+        return value
+
+    return parse
+
+
+POSITIVE_INT, POSITIVE_FLOAT = _positive(int), _positive(float)
+
+
 def _add_measure_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--threads", type=int, default=1, help="threads for the scheduled kernel")
+    parser.add_argument(
+        "--threads", type=POSITIVE_INT, default=1, help="threads for the scheduled kernel"
+    )
     parser.add_argument(
         "--runtime",
         default="auto",
@@ -426,15 +554,26 @@ def _add_measure_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     parser.add_argument(
         "--timeout",
-        type=float,
+        type=POSITIVE_FLOAT,
         default=DEFAULT_TIMEOUT_S,
         help="seconds one measurement may take before its worker is killed",
     )
     parser.add_argument(
         "--mem-limit",
-        type=int,
+        type=POSITIVE_INT,
         default=DEFAULT_MEM_LIMIT_MB,
         help="worker address-space limit in MiB",
+    )
+
+
+def _add_worker_options(parser: argparse.ArgumentParser) -> None:
+    """The seed and the measurement worker's limits, of commands that measure many kernels."""
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    parser.add_argument(
+        "--timeout", type=POSITIVE_FLOAT, default=DEFAULT_TIMEOUT_S, help="seconds per measurement"
+    )
+    parser.add_argument(
+        "--mem-limit", type=POSITIVE_INT, default=8192, help="worker address-space limit, MiB"
     )
 
 
@@ -449,25 +588,31 @@ def build_parser() -> argparse.ArgumentParser:
     _add_measure_options(p)
     p.set_defaults(func=cmd_measure)
 
-    p = sub.add_parser("demo", help="the main job: built-in programs, unscheduled vs scheduled")
-    p.add_argument("programs", nargs="*", help="programs (default: a built-in selection)")
+    p = sub.add_parser(
+        "demo",
+        help="the main job: adapt the shipped agent and surrogate to this machine, validate",
+    )
+    p.add_argument("programs", nargs="*", help="validation programs (default: a held-out six)")
     p.add_argument("--out", help="output folder (default: runs/demo-<time>)")
+    p.add_argument("--rounds", type=int, help=f"re-grounding rounds ({DEMO_REGROUNDING['rounds']})")
     p.add_argument(
-        "--agent-minutes",
-        type=float,
-        default=2.0,
-        help="minutes of agent training on the shipped surrogate (0: skip the agent)",
+        "--real-budget",
+        type=POSITIVE_INT,
+        help=f"real measurements ({DEMO_REGROUNDING['real_budget']})",
     )
     p.add_argument(
-        "--agent-programs", type=int, default=8, help="test programs the agent is measured on"
+        "--iterations", type=POSITIVE_INT, help="PPO iterations (default: 30 per round + 30)"
+    )
+    p.add_argument("--store", default="data/measurements.db", help="this machine's store")
+    p.add_argument("--threads", type=_thread_counts, default=(1,), help="validation threads")
+    p.add_argument("--budget", type=POSITIVE_INT, default=4, help="k of the validation (4)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    p.add_argument(
+        "--timeout", type=POSITIVE_FLOAT, default=DEFAULT_TIMEOUT_S, help="seconds per measurement"
     )
     p.add_argument(
-        "--surrogate-metrics",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="re-evaluate the shipped surrogate on its held-out programs (about a minute)",
+        "--mem-limit", type=POSITIVE_INT, default=DEFAULT_MEM_LIMIT_MB, help="MiB per worker"
     )
-    _add_measure_options(p)
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("collect", help="measure sampled schedules into the measurement store")
@@ -481,9 +626,11 @@ def build_parser() -> argparse.ArgumentParser:
         "surrogate-validation splits, mlirrl_jax.splits) or test",
     )
     limit = p.add_mutually_exclusive_group(required=True)
-    limit.add_argument("--budget", type=int, help="stop at this many stored rows for the split")
-    limit.add_argument("--hours", type=float, help="stop after this many hours")
-    p.add_argument("--workers", type=int, default=2)
+    limit.add_argument(
+        "--budget", type=POSITIVE_INT, help="stop at this many stored rows for the split"
+    )
+    limit.add_argument("--hours", type=POSITIVE_FLOAT, help="stop after this many hours")
+    p.add_argument("--workers", type=POSITIVE_INT, default=2)
     p.add_argument(
         "--next-weight",
         type=float,
@@ -492,14 +639,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--per-visit",
-        type=int,
+        type=POSITIVE_INT,
         help="schedules of a program measured in a row, its reference outputs cached "
         "(default: CollectConfig.per_visit)",
     )
     p.add_argument("--backend", default="local", choices=["local", "ray"])
     p.add_argument("--address", help="Ray cluster address, e.g. 127.0.0.1:6379")
-    p.add_argument("--max-programs", type=int, help="only the first N programs of the split")
-    p.add_argument("--max-mflops", type=float, help="only programs of at most this many MFLOP")
+    p.add_argument(
+        "--max-programs", type=POSITIVE_INT, help="only the first N programs of the split"
+    )
+    p.add_argument(
+        "--max-mflops", type=POSITIVE_FLOAT, help="only programs of at most this many MFLOP"
+    )
     p.add_argument("--inject-faults", help=argparse.SUPPRESS)  # testing: crash,hang,wrong_output
     _add_measure_options(p)
     p.set_defaults(func=cmd_collect)
@@ -519,7 +670,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=f"runs/cost-model-{time.strftime('%Y%m%d-%H%M%S')}")
     p.add_argument("--machine", help="machine id whose measurements to use (default: this one)")
     # unset: the defaults of cost_model.train.TrainConfig and cost_model.model.ModelConfig
-    p.add_argument("--epochs", type=int, help="passes over the training rows")
+    p.add_argument("--epochs", type=POSITIVE_INT, help="passes over the training rows")
     p.add_argument(
         "--max-steps",
         type=int,
@@ -560,15 +711,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--heuristic", action="store_true", help="show the heuristic schedule")
     p.add_argument("--mlir", action="store_true", help="print the normalized kernel")
     p.add_argument("--agent", help="a training run folder: show its agent's schedule")
-    p.add_argument("-n", type=int, default=1, help="with --agent: the n best distinct schedules")
+    p.add_argument(
+        "-n", type=POSITIVE_INT, default=1, help="with --agent: the n best distinct schedules"
+    )
     p.add_argument("--save", help="write the shown schedule's JSON to this file")
     p.set_defaults(func=cmd_show)
 
     p = sub.add_parser("train", help="train the PPO agent on the surrogate (simulated reward)")
     p.add_argument("--out", required=True, help="the run folder, e.g. runs/NAME")
     budget = p.add_mutually_exclusive_group()
-    budget.add_argument("--minutes", type=float, help="training time (default: the config's)")
-    budget.add_argument("--iterations", type=int, help="PPO iterations instead of a time")
+    budget.add_argument(
+        "--minutes", type=POSITIVE_FLOAT, help="training time (default: the config's)"
+    )
+    budget.add_argument("--iterations", type=POSITIVE_INT, help="PPO iterations instead of a time")
     p.add_argument("--config", help="JSON file of AgentConfig fields (the rest: defaults)")
     p.add_argument("--surrogate", help="cost model folder, or 'analytic' (default: shipped)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
@@ -579,7 +734,7 @@ def build_parser() -> argparse.ArgumentParser:
         "its own settings)",
     )
     ground.add_argument("--rounds", type=int, help="re-grounding rounds (default 0: none)")
-    ground.add_argument("--real-budget", type=int, help="real measurements in all (2000)")
+    ground.add_argument("--real-budget", type=POSITIVE_INT, help="real measurements in all (2000)")
     ground.add_argument("--round-programs", type=int, help="programs measured per round (16)")
     ground.add_argument("--top-k", type=int, help="schedules per program per round (8)")
     ground.add_argument("--iterations-per-round", type=int, help="PPO iterations per round (60)")
@@ -594,13 +749,57 @@ def build_parser() -> argparse.ArgumentParser:
         "--regrounding-config", help="JSON file of RegroundConfig fields (flags override it)"
     )
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser(
+        "validate",
+        help="the agent's schedules against heuristic, random search and XLA, measured here",
+    )
+    p.add_argument("files", nargs="*", help="programs (default: --suite dl-v0 --split test)")
+    p.add_argument("--run", help="the agent's run (default: adapted to this machine, else shipped)")
+    p.add_argument("--suite", help="built-in suite (default dl-v0)")
+    p.add_argument("--split", choices=["train", "surrogate-validation", "test"], help="(test)")
+    p.add_argument("--kind", help="only programs of these op kinds (comma-separated)")
+    p.add_argument("--programs", type=POSITIVE_INT, help="at most this many, evenly spaced")
+    p.add_argument("--threads", type=_thread_counts, default=(1, 2), help="e.g. 1,2 (default)")
+    p.add_argument(
+        "--budget", type=POSITIVE_INT, default=8, help="k: real measurements of top-k (8)"
+    )
+    p.add_argument(
+        "--random-factor", type=POSITIVE_INT, default=8, help="the larger random search: k x this"
+    )
+    p.add_argument(
+        "--guided-samples",
+        type=POSITIVE_INT,
+        default=256,
+        help="random schedules the surrogate ranks",
+    )
+    p.add_argument("--xla", action=argparse.BooleanOptionalAction, default=True, help="XLA:CPU too")
+    p.add_argument("--store", help="also store every measurement here")
+    p.add_argument("--out", help="report folder (default: the run's, or runs/validate-<time>)")
+    _add_worker_options(p)
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("optimize", help="optimize your own MLIR kernel with the trained agent")
+    p.add_argument("kernel", help="an .mlir file (named Linalg ops, linalg.generic, chains)")
+    p.add_argument("--out", required=True, help="folder for the schedule, script, MLIR, summary")
+    p.add_argument("--budget", type=POSITIVE_INT, default=8, help="the agent's top-k measured (8)")
+    p.add_argument(
+        "--threads", type=POSITIVE_INT, default=1, help="threads of the scheduled kernel"
+    )
+    p.add_argument("--run", help="the agent's run (default: adapted to this machine, else shipped)")
+    _add_worker_options(p)
+    p.set_defaults(func=cmd_optimize)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        with stop_on_ctrl_c():
+            return args.func(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
     except (ProgramError, ScheduleError, KeyError, ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

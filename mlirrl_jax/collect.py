@@ -21,6 +21,7 @@ import jax
 import numpy as np
 from tqdm import tqdm
 
+from mlirrl_jax.interrupt import check_stop
 from mlirrl_jax.measure.fingerprint import machine_fingerprint
 from mlirrl_jax.measure.runner import DEFAULT_MEM_LIMIT_MB, FAULTS, Runner
 from mlirrl_jax.measure.timing import Measurement, TimingMethod
@@ -31,6 +32,11 @@ from mlirrl_jax.schedule import Schedule
 from mlirrl_jax.store import MeasurementStore
 
 COMMIT_EVERY_S = 2.0
+BACKENDS = ("local", "ray")
+
+
+class BackendError(ValueError):
+    """A measurement backend that cannot run here."""
 
 
 @dataclass
@@ -100,13 +106,17 @@ class _Backend:
     thread pool: a thread waits on its measurer's worker, not on the GIL."""
 
     def __init__(
-        self, measurers: list[Callable[[Task], Measurement]], shutdown: Callable[[], None]
+        self,
+        measurers: list[Callable[[Task], Measurement]],
+        shutdown: Callable[[], None],
+        abort: Callable[[], None],
     ):
         self.free: queue.Queue = queue.Queue()
         for measurer in measurers:
             self.free.put(measurer)
         self.pool = ThreadPoolExecutor(len(measurers))
         self._shutdown = shutdown
+        self._abort = abort
 
     def submit(self, task: Task) -> Future:
         return self.pool.submit(self._run, task)
@@ -117,6 +127,12 @@ class _Backend:
             return measurer(task)
         finally:
             self.free.put(measurer)
+
+    def abort(self) -> None:
+        """Stop now (Ctrl-C): queued tasks are dropped and the measurements in flight killed,
+        so `close` does not wait for them; their results are not stored."""
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        self._abort()
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
@@ -137,15 +153,26 @@ def _local_backend(config: CollectConfig) -> _Backend:
     """Measurement worker processes on this machine."""
     runners = [Runner(config.timeout_s, config.mem_limit_mb) for _ in range(config.workers)]
     measurers = [lambda task, r=runner: _measure_with(r, task, config) for runner in runners]
-    return _Backend(measurers, lambda: [r.close() for r in runners])
+    return _Backend(
+        measurers, lambda: [r.close() for r in runners], lambda: [r.abort() for r in runners]
+    )
+
+
+def _import_ray():
+    """The ray module, or an error that says how to install it."""
+    try:
+        import ray
+    except ImportError:
+        raise BackendError(
+            "the ray backend needs Ray, which is not installed: pip install 'mlirrl-jax[cluster]'"
+            " (or pip install ray)"
+        ) from None
+    return ray
 
 
 def _ray_backend(config: CollectConfig) -> _Backend:
     """Ray actors, each holding a Runner (its own measurement worker) on a cluster node."""
-    try:
-        import ray
-    except ImportError:
-        raise RuntimeError("the ray backend needs Ray: pip install 'mlirrl-jax[cluster]'") from None
+    ray = _import_ray()
 
     @ray.remote(num_cpus=1)
     class MeasureActor:
@@ -158,7 +185,7 @@ def _ray_backend(config: CollectConfig) -> _Backend:
     ray.init(address=config.address, ignore_reinit_error=True, log_to_driver=False)
     actors = [MeasureActor.remote() for _ in range(config.workers)]
     measurers = [lambda task, a=actor: ray.get(a.measure.remote(task)) for actor in actors]
-    return _Backend(measurers, ray.shutdown)
+    return _Backend(measurers, ray.shutdown, lambda: [ray.kill(a) for a in actors])
 
 
 class CollectionJob:
@@ -170,19 +197,28 @@ class CollectionJob:
         unknown = set(config.inject_faults) - set(FAULTS)
         if unknown:
             raise ValueError(f"unknown faults {sorted(unknown)}; known: {FAULTS}")
+        if config.backend not in BACKENDS:
+            raise BackendError(f"unknown backend {config.backend!r}; known: {BACKENDS}")
+        if config.backend == "ray":
+            _import_ray()  # before the store exists: a job that cannot run creates nothing
         self.config = config
         self.machine = machine_fingerprint()["machine_id"]
         self.store = MeasurementStore(config.store)
-        self.programs = _programs(config, config.split)
-        self.baseline_programs = list(self.programs)
-        for split in config.baselines_of:
-            if split != config.split:
-                self.baseline_programs += _programs(config, split)
-        self.store.add_programs(self.baseline_programs)
-        self._known = {
-            p.hash: self.store.schedule_hashes(p.hash, self.machine, config.threads)
-            for p in self.baseline_programs
-        }
+        try:
+            self.programs = _programs(config, config.split)
+            self.baseline_programs = list(self.programs)
+            for split in config.baselines_of:
+                if split != config.split:
+                    self.baseline_programs += _programs(config, split)
+            self.store.add_programs(self.baseline_programs)
+            self._known = {
+                p.hash: self.store.schedule_hashes(p.hash, self.machine, config.threads)
+                for p in self.baseline_programs
+            }
+            check_stop()
+        except BaseException:
+            self.store.close()
+            raise
 
     def stored_for_split(self) -> int:
         return sum(len(self._known[p.hash]) for p in self.programs)
@@ -204,6 +240,7 @@ class CollectionJob:
         misses = 0
         while True:
             for index in np.repeat(order, max(1, self.config.per_visit)):
+                check_stop()  # a resumed job may fast-forward a while without yielding
                 key, sub = jax.random.split(key)
                 sampler = uniform if rng.random() < self.config.uniform_share else deep
                 schedule, _ = sampler.schedule(int(index), sub)
@@ -267,7 +304,8 @@ def measure_stream(
 ) -> CollectReport:
     """Measure `tasks` on the config's backend, `2 x workers` in flight, until they run out or
     `done()`; results go to `store` in a transaction every `COMMIT_EVERY_S` (a kill loses at
-    most those in flight and uncommitted) and to `on_result`; tallies go to `report`."""
+    most those in flight and uncommitted) and to `on_result`; tallies go to `report`. On
+    Ctrl-C the results in hand are committed and the measurements in flight are killed."""
     backend = _ray_backend(config) if config.backend == "ray" else _local_backend(config)
     pending: dict[Future, Task] = {}
     buffer: list[Measurement] = []
@@ -285,6 +323,7 @@ def measure_stream(
         while True:
             while not exhausted and len(pending) < 2 * config.workers and not done():
                 task = next(tasks, None)
+                check_stop()  # drawing a task may have built the sampler (start-up)
                 if task is None:
                     exhausted = True
                     break
@@ -292,6 +331,7 @@ def measure_stream(
             if not pending:
                 break
             finished, _ = wait(list(pending), timeout=1.0, return_when=FIRST_COMPLETED)
+            check_stop()
             for future in finished:
                 task = pending.pop(future)
                 measurement = future.result()
@@ -310,6 +350,9 @@ def measure_stream(
                 commit()
             if done() and not pending:
                 break
+    except KeyboardInterrupt:
+        backend.abort()
+        raise
     finally:
         commit()
         backend.close()

@@ -57,15 +57,31 @@ class Transform:
         return out
 
     @classmethod
-    def from_json(cls, data: dict) -> Transform:
+    def from_json(cls, data: dict, where: str = "transform") -> Transform:
+        """A transform from JSON; errors start with `where` (which op, which transform)."""
+        if not isinstance(data, dict) or "kind" not in data:
+            raise ScheduleError(f"{where}: a transform is an object with a 'kind'")
         unknown = set(data) - {"kind", "sizes", "permutation"}
         if unknown:
-            raise ScheduleError(f"transform has unknown fields {sorted(unknown)}")
-        return cls(
-            data["kind"],
-            tuple(int(s) for s in data.get("sizes", ())),
-            tuple(int(p) for p in data.get("permutation", ())),
+            raise ScheduleError(f"{where}: unknown fields {sorted(unknown)}")
+        where = f"{where} ({data['kind']})"
+        sizes = _integers(data.get("sizes", []), f"{where}: sizes")
+        permutation = _integers(data.get("permutation", []), f"{where}: permutation")
+        try:
+            return cls(data["kind"], sizes, permutation)
+        except ScheduleError as exc:
+            raise ScheduleError(f"{where}: {exc}") from None
+
+
+def _integers(value, what: str) -> tuple[int, ...]:
+    """A JSON list of integers. Anything else is refused, not rounded: 8.5, 8.0, "8", true."""
+    if not isinstance(value, list | tuple) or not all(
+        isinstance(v, int) and not isinstance(v, bool) for v in value
+    ):
+        raise ScheduleError(
+            f"{what} must be a list of integers, not {json.dumps(value, default=str)}"
         )
+    return tuple(value)
 
 
 @dataclass(frozen=True)
@@ -124,15 +140,25 @@ class Schedule:
             raise ScheduleError("a schedule is a JSON object with an 'ops' list")
         if data.get("format", SCHEDULE_FORMAT) != SCHEDULE_FORMAT:
             raise ScheduleError(f"schedule format {data.get('format')} is not {SCHEDULE_FORMAT}")
-        try:
-            return cls(
-                tuple(
-                    OpSchedule(int(o["op"]), tuple(Transform.from_json(t) for t in o["transforms"]))
-                    for o in data["ops"]
+        if not isinstance(data["ops"], list):
+            raise ScheduleError("a schedule's 'ops' is a list")
+        ops = []
+        for index, entry in enumerate(data["ops"]):
+            if not isinstance(entry, dict) or not {"op", "transforms"} <= set(entry):
+                raise ScheduleError(
+                    f"ops[{index}]: missing or wrong field: an entry has 'op' and 'transforms'"
                 )
-            )
-        except (KeyError, TypeError) as exc:
-            raise ScheduleError(f"malformed schedule: missing or wrong field {exc}") from None
+            op = entry["op"]
+            if not isinstance(op, int) or isinstance(op, bool):
+                raise ScheduleError(f"ops[{index}]: op must be an integer id, not {op!r}")
+            if not isinstance(entry["transforms"], list):
+                raise ScheduleError(f"op {op}: 'transforms' is a list")
+            transforms = [
+                Transform.from_json(t, f"op {op}, transform {i}")
+                for i, t in enumerate(entry["transforms"])
+            ]
+            ops.append(OpSchedule(op, tuple(transforms)))
+        return cls(tuple(ops))
 
     @classmethod
     def loads(cls, text: str) -> Schedule:
@@ -146,7 +172,12 @@ class Schedule:
         path = Path(path)
         if not path.is_file():
             raise ScheduleError(f"{path}: no such schedule file")
-        return cls.loads(path.read_text())
+        try:
+            return cls.loads(path.read_text(encoding="utf-8"))
+        except UnicodeDecodeError:
+            raise ScheduleError(f"{path}: not UTF-8 text, so not a schedule (JSON)") from None
+        except ScheduleError as exc:
+            raise ScheduleError(f"{path}: {exc}") from None
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_json(), indent=1) + "\n")

@@ -98,16 +98,40 @@ class StoreError(ValueError):
 class MeasurementStore:
     """Measurements of one or more machines in an SQLite file."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, create: bool = True):
+        """Open the store at `path`; `create=False` (readers) refuses a missing file instead of
+        starting an empty store, so a mistyped path is not mistaken for one without data."""
         self.path = Path(path).resolve()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
+        if not self.path.is_file():
+            if not create:
+                raise StoreError(f"{self.path}: no such measurement store")
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        _check_sqlite_file(self.path)
+        # mode=rw: a reader's store that vanished since the check above is not created either
+        where = self.path if create else f"{self.path.as_uri()}?mode=rw"
+        db = None
+        try:
+            db = sqlite3.connect(where, timeout=60, isolation_level=None, uri=not create)
+            self._db = db
+            self._prepare(create)
+        except BaseException as exc:
+            if db is not None:
+                db.close()
+            if isinstance(exc, sqlite3.DatabaseError):
+                raise StoreError(f"{self.path}: not a readable measurement store ({exc})") from None
+            raise
+
+    def _prepare(self, create: bool) -> None:
+        """Settings, the schema (created if missing and `create`), its version checked."""
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(
             "PRAGMA synchronous=NORMAL"
         )  # WAL + NORMAL: a killed process loses nothing committed
         self._db.execute("PRAGMA foreign_keys=ON")
+        tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master")}
+        if not create and not {"meta", "programs", "measurements"} <= tables:
+            raise StoreError(f"{self.path}: holds no measurement store tables")
         self._db.executescript(_SCHEMA)
         version = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
         if version is None:
@@ -173,11 +197,12 @@ class MeasurementStore:
 
     @contextlib.contextmanager
     def _transaction(self):
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
+        try:  # BEGIN inside: a Ctrl-C just after it must not leave the transaction open
+            self._db.execute("BEGIN IMMEDIATE")
             yield
         except BaseException:
-            self._db.execute("ROLLBACK")
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
             raise
         self._db.execute("COMMIT")
 
@@ -395,6 +420,30 @@ class MeasurementStore:
                         [merged[c] for c in COLUMNS] + [old["id"]],
                     )
         return new
+
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def _check_sqlite_file(path: Path) -> None:
+    """Refuse a file that is not SQLite, or is shorter than its header says (a truncated copy):
+    SQLite itself would open either and fail later, on the first page it cannot read."""
+    size = path.stat().st_size if path.is_file() else 0
+    if size == 0:  # a new store
+        return
+    with path.open("rb") as f:
+        header = f.read(100)
+    if len(header) < 100 or not header.startswith(_SQLITE_MAGIC):
+        raise StoreError(f"{path}: not an SQLite file, so not a measurement store")
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(header[28:32], "big")
+    # the header's page count holds only while its version number matches the change counter
+    if header[92:96] == header[24:28] and pages * page_size > size:
+        raise StoreError(
+            f"{path}: truncated measurement store: {size} bytes, its header says "
+            f"{pages * page_size}"
+        )
 
 
 def _row_of(m: Measurement) -> dict:

@@ -40,7 +40,8 @@ def pick_evenly(items: list, count: int) -> list:
     return [items[int(i * len(items) / count)] for i in range(count)]
 
 
-def _kind(program: Program) -> str:
+def program_kind(program: Program) -> str:
+    """The op kind of a suite program, else of its op with the most flops."""
     try:
         return get(program.name).kind
     except UnknownProgramError:
@@ -69,7 +70,7 @@ def measure_against_baselines(
         rows.append(
             {
                 "program": program.name,
-                "kind": _kind(program),
+                "kind": program_kind(program),
                 "baseline_ms": base.median_s * 1e3 if base.ok else None,
                 "heuristic_speedup": speedup(base, heuristic),
                 "agent_speedup": speedup(base, tuned),

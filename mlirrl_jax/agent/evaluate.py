@@ -108,6 +108,21 @@ class Evaluator:
             best = np.maximum(best, draws.max(axis=0))
         return best
 
+    def random_episodes(
+        self, reward_params, programs, key: jax.Array, next_weight: float = 1.0
+    ) -> Episodes:
+        """Random masked episodes on table rows `programs`, whole (actions and scores), with
+        `next_weight` < 1 favouring deeper schedules (as collection draws them)."""
+        name = f"random_episodes_{next_weight}"
+        if name not in self._jitted:
+
+            def run(reward_params, programs, key):
+                policy = batched(random_policy(next_weight))
+                return run_episodes(self.env, policy, reward_params, self.table, programs, key)
+
+            self._jitted[name] = jax.jit(run)
+        return self._jitted[name](reward_params, jnp.asarray(programs, jnp.int32), key)
+
     def heuristic(self, reward_params) -> np.ndarray:
         """(P,) the predicted log-speedup of the heuristic schedule of every program (its
         tile sizes need not be among the action space's candidates)."""

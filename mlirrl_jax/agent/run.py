@@ -22,9 +22,10 @@ from tqdm import tqdm
 
 from mlirrl_jax.agent import checkpoint
 from mlirrl_jax.agent.evaluate import Evaluator, geomean_speedup
+from mlirrl_jax.agent.networks import abstract
 from mlirrl_jax.agent.report import format_summary, save_learning_curve
 from mlirrl_jax.agent.surrogate import Surrogate, load_surrogate
-from mlirrl_jax.agent.train import AgentConfig, budget_share, make_train
+from mlirrl_jax.agent.train import AgentConfig, TrainingState, budget_share, make_train, optimizer
 from mlirrl_jax.env.state import encode_programs
 from mlirrl_jax.measure.fingerprint import machine_fingerprint
 from mlirrl_jax.programs import suites
@@ -171,6 +172,7 @@ def run_training(
     surrogate: Surrogate | None = None,
     budget: dict | None = None,
     regrounding=None,
+    init_agent: str | Path | None = None,
 ) -> dict:
     """Train (or resume) the run in `out`; returns its summary (also `summary.json`).
 
@@ -182,7 +184,13 @@ def run_training(
     `regrounding` (`mlirrl_jax.regrounding.rounds(config)`) gives the run's re-grounding
     rounds, which correct the surrogate on this machine every `iterations_per_round`
     iterations; the run then trains against each round's surrogate in turn.
+
+    `init_agent` (a run folder, e.g. the shipped agent's) starts a new run from that agent's
+    policy instead of a fresh network (the optimizer starts afresh); its network must be the
+    config's.
     """
+    if init_agent is not None and resume:
+        raise RunError("a resumed run goes on from its own checkpoint: drop init_agent")
     out = Path(out).resolve()
     config = _start(out, config, resume, dict(budget or {}))
     surrogate = surrogate or load_surrogate(config.surrogate)
@@ -244,6 +252,9 @@ def run_training(
         state = trainer.place(state)
     else:
         state = trainer.init(key, surrogate.params)
+        if init_agent is not None:
+            state = trainer.place(_started_from(state, Path(init_agent), config))
+            say(f"starting from the policy of {init_agent}")
     reward_params = trainer.prepare(surrogate.params)
     done = int(state.iteration)
     metrics = _read_metrics(out / "metrics.jsonl", done)
@@ -345,6 +356,20 @@ def run_training(
     save_learning_curve(metrics, out / "learning_curve.png", config)
     say(format_summary(summary, config))
     return summary
+
+
+def _started_from(state: TrainingState, run_dir: Path, config: AgentConfig) -> TrainingState:
+    """`state` with the policy of the agent in `run_dir` and a fresh optimizer on it."""
+    meta = checkpoint.load_meta(run_dir)
+    theirs = AgentConfig.from_json(meta["config"])
+    if theirs.network != config.network:
+        raise RunError(
+            f"{run_dir}'s network {theirs.network} is not this run's {config.network}: start "
+            "from an agent of the same network, or from scratch"
+        )
+    params = checkpoint.restore_params(run_dir, abstract(config.network)[1], meta)
+    params = jax.device_put(params, jax.devices()[0])
+    return state.replace(params=params, opt_state=optimizer(config).init(params))
 
 
 def _postfix(row: dict, metrics: list[dict]) -> dict:

@@ -186,7 +186,7 @@ def make_env(config: AgentConfig, model) -> JaxEnv:
     return JaxEnv(reward=reward, max_steps=config.max_episode_steps, auto_reset=True)
 
 
-def _optimizer(config: AgentConfig) -> optax.GradientTransformation:
+def optimizer(config: AgentConfig) -> optax.GradientTransformation:
     # the step size is applied by hand, from the budget's progress (`Trainer._update`)
     return optax.chain(
         optax.clip_by_global_norm(config.max_grad_norm), optax.scale_by_adam(eps=1e-5)
@@ -294,7 +294,7 @@ class Trainer:
         )
         return TrainingState(
             params=params,
-            opt_state=_optimizer(self.config).init(params),
+            opt_state=optimizer(self.config).init(params),
             env_states=states,
             observation=timestep.observation,
             key=key,
@@ -334,7 +334,7 @@ class Trainer:
         size = rows // config.minibatches
         learning_rate = _anneal(config.learning_rate, config.final_learning_rate, progress)
         entropy_coef = _anneal(config.entropy_coef, config.final_entropy_coef, progress)
-        optimizer = _optimizer(config)
+        tx = optimizer(config)
         grad_fn = jax.value_and_grad(ppo_loss, has_aux=True)
 
         def minibatch(carry, part: Batch):
@@ -344,7 +344,7 @@ class Trainer:
             )
             if axis:
                 grads = jax.lax.pmean(grads, axis)
-            updates, opt_state = optimizer.update(grads, opt_state, params)
+            updates, opt_state = tx.update(grads, opt_state, params)
             params = optax.apply_updates(
                 params, jax.tree.map(lambda u: -learning_rate * u, updates)
             )

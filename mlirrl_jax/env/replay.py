@@ -32,7 +32,7 @@ from mlirrl_jax.actions import (
     encode_action,
     tile_candidates,
 )
-from mlirrl_jax.env.state import CONTENT_FIELDS, EnvState
+from mlirrl_jax.env.state import CONTENT_FIELDS, EnvState, check_fits
 from mlirrl_jax.programs.ir import Program
 from mlirrl_jax.schedule import Schedule, ScheduleError, Transform
 from mlirrl_jax.transform import window_loops
@@ -62,6 +62,8 @@ class HostState:
 
     @classmethod
     def initial(cls, program: Program) -> HostState:
+        """The state before any action; EncodingError if the program does not fit the shapes."""
+        check_fits(program)
         extents = np.zeros((MAX_OPS, MAX_LOOPS), np.int32)
         alive = np.zeros((MAX_OPS, MAX_LOOPS), bool)
         order = np.full((MAX_OPS, MAX_LOOPS), -1, np.int32)

@@ -69,11 +69,23 @@ class ProgramTable:
 _BYTES = {"f16": 2, "bf16": 2, "f32": 4, "f64": 8, "i8": 1, "i16": 2, "i32": 4, "i64": 8}
 
 
-def _encode_one(program: Program) -> dict[str, np.ndarray]:
+def check_fits(program: Program) -> None:
+    """Raise EncodingError if the program has more ops, loops or operands than the
+    environment's fixed shapes hold (the table and the host replay both check here)."""
     if len(program.ops) > MAX_OPS:
         raise EncodingError(
             f"{program.name}: {len(program.ops)} ops, the environment takes {MAX_OPS}"
         )
+    for op in program.ops:
+        where = f"{program.name}: op {op.id} ({op.name})"
+        if op.n_loops > MAX_LOOPS:
+            raise EncodingError(f"{where}: {op.n_loops} loops, the environment takes {MAX_LOOPS}")
+        if len(op.operands) > MAX_OPERANDS:
+            raise EncodingError(f"{where}: {len(op.operands)} operands, at most {MAX_OPERANDS}")
+
+
+def _encode_one(program: Program) -> dict[str, np.ndarray]:
+    check_fits(program)
     row = {
         "n_ops": np.int32(len(program.ops)),
         "op_kind": np.zeros(MAX_OPS, np.int32),
@@ -93,11 +105,6 @@ def _encode_one(program: Program) -> dict[str, np.ndarray]:
         "stride": np.zeros((MAX_OPS, MAX_OPERANDS, MAX_LOOPS), np.float32),
     }
     for op in program.ops:
-        where = f"{program.name}: op {op.id} ({op.name})"
-        if op.n_loops > MAX_LOOPS:
-            raise EncodingError(f"{where}: {op.n_loops} loops, the environment takes {MAX_LOOPS}")
-        if len(op.operands) > MAX_OPERANDS:
-            raise EncodingError(f"{where}: {len(op.operands)} operands, at most {MAX_OPERANDS}")
         i = op.id
         row["op_kind"][i] = OP_KINDS.index(op.kind)
         row["op_valid"][i] = True

@@ -159,6 +159,32 @@ def _one_line(exc: Exception) -> str:
     return " ".join(str(exc).split())[:2000]
 
 
+def _apply_script(payload, script: str) -> None:
+    """Run a Transform-dialect script's named sequence on `payload` (in its context)."""
+    try:
+        transform_module = ir.Module.parse(script)
+    except Exception as exc:
+        raise CompileError("transform", f"script does not parse: {_one_line(exc)}") from None
+    entry = next(
+        op
+        for op in transform_module.body.operations
+        if op.operation.name == "transform.named_sequence"
+    )
+    try:
+        interpreter.apply_named_sequence(payload, entry, transform_module)
+    except Exception as exc:
+        raise CompileError("transform", _one_line(exc)) from None
+
+
+def transformed_mlir(kernel_mlir: str, script: str | None) -> str:
+    """The `@kernel` module after the script's transformations, before lowering."""
+    with ir.Context(), ir.Location.unknown():
+        payload = ir.Module.parse(kernel_mlir)
+        if script:
+            _apply_script(payload, script)
+        return str(payload)
+
+
 def compile_kernel(
     kernel_mlir: str, script: str | None, threads: int = 1, runtime_name: str = "auto"
 ) -> CompiledKernel:
@@ -168,21 +194,7 @@ def compile_kernel(
         start = time.perf_counter()
         payload = ir.Module.parse(kernel_mlir)
         if script:
-            try:
-                transform_module = ir.Module.parse(script)
-            except Exception as exc:
-                raise CompileError(
-                    "transform", f"script does not parse: {_one_line(exc)}"
-                ) from None
-            entry = next(
-                op
-                for op in transform_module.body.operations
-                if op.operation.name == "transform.named_sequence"
-            )
-            try:
-                interpreter.apply_named_sequence(payload, entry, transform_module)
-            except Exception as exc:
-                raise CompileError("transform", _one_line(exc)) from None
+            _apply_script(payload, script)
         transformed = time.perf_counter()
         try:
             passmanager.PassManager.parse(lowering_pipeline(threads, resolved)).run(

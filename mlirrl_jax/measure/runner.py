@@ -8,12 +8,14 @@ reference outputs cached per program, so repeated measurements of one program st
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from multiprocessing.connection import Connection
 
@@ -105,6 +107,8 @@ class Runner:
         self.mem_limit_mb = mem_limit_mb
         self._worker: _Worker | None = None
         self.workers_started = 0
+        self._lock = threading.Lock()  # abort() against a worker being started
+        self._aborted = False
 
     def __enter__(self) -> Runner:
         return self
@@ -117,13 +121,26 @@ class Runner:
             self._worker.close()
             self._worker = None
 
+    def abort(self) -> None:
+        """Kill the worker now and start no other (a job stopping on Ctrl-C), from any thread:
+        a measurement in flight comes back as a crash, a later one raises RuntimeError."""
+        with self._lock:
+            self._aborted = True
+            worker = self._worker
+        if worker is not None and worker.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(worker.process.pid, signal.SIGKILL)
+
     def _ensure_worker(self) -> _Worker:
-        if self._worker is None or self._worker.process.poll() is not None:
-            if self._worker is not None:
-                self._worker.kill()
-            self._worker = _Worker(self.mem_limit_mb)
-            self.workers_started += 1
-        return self._worker
+        with self._lock:
+            if self._aborted:
+                raise RuntimeError("the runner was aborted")
+            if self._worker is None or self._worker.process.poll() is not None:
+                if self._worker is not None:
+                    self._worker.kill()
+                self._worker = _Worker(self.mem_limit_mb)
+                self.workers_started += 1
+            return self._worker
 
     def measure(
         self,

@@ -233,7 +233,13 @@ def _read_source(source: str | os.PathLike) -> tuple[str, str]:
         path = Path(source)
         if not path.is_file():
             raise ProgramError(f"{path}: no such file")
-        return path.read_text(), path.stem
+        try:
+            return path.read_text(encoding="utf-8"), path.stem
+        except UnicodeDecodeError as exc:
+            raise ProgramError(
+                f"{path}: not UTF-8 text (byte {exc.start} is {exc.object[exc.start]:#04x}), "
+                "so not MLIR"
+            ) from None
     if isinstance(source, str) and "func.func" in source:
         return source, "inline"
     raise ProgramError(

@@ -1,0 +1,154 @@
+"""The user's command: the trained agent on a kernel of their own, on their machine.
+
+`optimize(path, out)` loads any MLIR that `load_program` accepts, asks the agent for its best
+distinct schedules by the surrogate, measures the top k for real beside the unscheduled program
+and the heuristic schedule (all verified against the reference), and writes into `out` the best
+schedule's JSON (`schedule.json`), its Transform-dialect script (`transform.mlir`), the
+transformed kernel (`transformed.mlir`), every measurement (`measurements.jsonl`) and
+`summary.json`.
+
+The agent is `--run`'s, else the one adapted to this machine (`data/adapted/<machine id>.json` names its run,
+written by `mlirrl-jax demo`), else the shipped one (`data/agent/`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from mlirrl_jax.env.state import encode_programs
+from mlirrl_jax.heuristics import heuristic_schedule
+from mlirrl_jax.measure.compile import transformed_mlir
+from mlirrl_jax.measure.fingerprint import machine_fingerprint
+from mlirrl_jax.measure.runner import Runner
+from mlirrl_jax.measure.timing import Measurement, TimingMethod
+from mlirrl_jax.programs.ir import Program, load_program
+from mlirrl_jax.schedule import Schedule
+from mlirrl_jax.shipped import ADAPTED, SHIPPED_AGENT
+from mlirrl_jax.transform import transform_script
+
+
+class OptimizeError(ValueError):
+    """Input `optimize` cannot take (no agent, a program beyond the environment's limits)."""
+
+
+def default_agent_run() -> Path:
+    """The agent adapted to this machine if there is one, else the shipped agent."""
+    pointer = ADAPTED / f"{machine_fingerprint()['machine_id']}.json"
+    if pointer.is_file():
+        adapted = Path(json.loads(pointer.read_text())["run"])
+        if (adapted / "checkpoints").is_dir():
+            return adapted
+    if (SHIPPED_AGENT / "checkpoints").is_dir():
+        return SHIPPED_AGENT
+    raise OptimizeError(
+        f"no trained agent: neither an adapted one ({pointer}) nor a shipped one "
+        f"({SHIPPED_AGENT}); train one with `mlirrl-jax train --out runs/NAME` and pass --run "
+        "runs/NAME"
+    )
+
+
+def check_program(program: Program) -> None:
+    """Refuse a program the environment's tables cannot hold, naming the limit."""
+    try:
+        encode_programs([program])
+    except ValueError as exc:  # EncodingError: too many ops, loops or operands
+        raise OptimizeError(f"{program.name}: beyond the agent's limits: {exc}") from None
+
+
+def optimize(
+    path: str | os.PathLike,
+    out: str | os.PathLike,
+    budget: int = 8,
+    threads: int = 1,
+    run: str | os.PathLike | None = None,
+    timeout_s: float = 60.0,
+    mem_limit_mb: int = 8192,
+    seed: int = 0,
+    say=print,
+) -> dict:
+    """Optimize the kernel in `path` into the folder `out`; returns the summary."""
+    from mlirrl_jax.agent.agent import Agent
+
+    if budget < 1:
+        raise OptimizeError(f"--budget must be at least 1, got {budget}")
+    if threads < 1:
+        raise OptimizeError(f"--threads must be at least 1, got {threads}")
+    program = load_program(str(path))
+    check_program(program)
+    run = Path(run) if run else default_agent_run()
+    agent = Agent.load(run)
+    say(
+        f"{program.name}: {len(program.ops)} op(s), {program.flops / 1e6:.1f} MFLOP; agent {run} "
+        f"(surrogate of machine {agent.surrogate.machine_id or '-'}; this machine is "
+        f"{machine_fingerprint()['machine_id']})"
+    )
+    proposals = agent.scored_schedules([program], n=budget, seed=seed)[0]
+    heuristic = heuristic_schedule(program, threads)
+    method = TimingMethod(seed=seed)
+    measured: list[tuple[str, Measurement, float | None]] = []
+    with Runner(timeout_s, mem_limit_mb) as runner:
+        base = runner.measure(program, None, threads=1, method=method)
+        say(f"  unscheduled: {base.summary()}")
+        if not base.ok:
+            raise OptimizeError(f"{program.name}: the unscheduled program failed: {base.summary()}")
+        tuned = runner.measure(program, heuristic, threads=threads, method=method)
+        measured.append(("heuristic", tuned, None))
+        say(f"  heuristic: {tuned.summary()}")
+        for rank, scored in enumerate(proposals, 1):
+            m = runner.measure(program, scored.schedule, threads=threads, method=method)
+            measured.append((f"agent {rank}", m, scored.predicted_speedup))
+            say(
+                f"  agent {rank}/{len(proposals)} (predicted {scored.predicted_speedup:.2f}x): "
+                f"{m.summary()}{'' if m.verified or not m.ok else ' NOT VERIFIED'}"
+            )
+    good = [(name, m) for name, m, _ in measured if m.ok and m.verified and m.median_s]
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "measurements.jsonl", "w") as sink:
+        for name, m, predicted in [("unscheduled", base, None), *measured]:
+            sink.write(
+                json.dumps({"source": name, "predicted_speedup": predicted, **m.to_json()}) + "\n"
+            )
+    heuristic_ms = tuned.median_s * 1e3 if tuned.ok and tuned.verified else None
+    if not good:
+        summary = {
+            "program": program.name,
+            "baseline_ms": base.median_s * 1e3,
+            "heuristic_ms": heuristic_ms,
+            "best_ms": None,
+            "speedup": None,
+            "verified": False,
+            "measurements": len(measured) + 1,
+        }
+        (out / "summary.json").write_text(json.dumps(summary, indent=1))
+        raise OptimizeError(
+            f"{program.name}: no schedule verified; see {out / 'measurements.jsonl'}"
+        )
+    source, best = min(good, key=lambda item: item[1].median_s)
+    schedule = Schedule.from_json(best.schedule)
+    script = transform_script(program, schedule) if not schedule.is_empty else ""
+    (out / "schedule.json").write_text(json.dumps(schedule.to_json(), indent=1))
+    (out / "transform.mlir").write_text(script + "\n")
+    (out / "transformed.mlir").write_text(transformed_mlir(program.mlir, script or None))
+    summary = {
+        "program": program.name,
+        "machine_id": machine_fingerprint()["machine_id"],
+        "agent": str(run),
+        "threads": threads,
+        "baseline_ms": base.median_s * 1e3,
+        "heuristic_ms": heuristic_ms,
+        "best_ms": best.median_s * 1e3,
+        "best_source": source,
+        "speedup": base.median_s / best.median_s,
+        "over_heuristic": (heuristic_ms / (best.median_s * 1e3)) if heuristic_ms else None,
+        "gflops": best.gflops,
+        "verified": True,
+        "max_error": best.max_error,
+        "measurements": len(measured) + 1,
+        "schedule": schedule.describe(),
+        "replay": f"mlirrl-jax measure {path} --schedule {out / 'schedule.json'} --threads {threads}",
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    return summary

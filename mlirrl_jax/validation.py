@@ -1,0 +1,681 @@
+"""The final validation: the trained agent's schedules, run for real on this machine, against
+what the user could have had otherwise, every method measured in the same run, the same way,
+every output verified.
+
+Per program and thread count the methods are
+
+- `unscheduled`: the program as written (measured once, at one thread: the reference of every
+  speedup in the run);
+- `heuristic`: the heuristic schedule for the thread count;
+- `agent_greedy`: the agent's most likely schedule, chosen with no real measurement;
+- `agent_topk`: the agent's k best distinct schedules by the surrogate, all measured, the best
+  kept (k real measurements);
+- `random_k` and `random_8k`: random search over the action space with the same k, and with
+  8k, real measurements (draws as collection makes them, half uniform, half biased toward
+  deeper schedules; the k are the first k of the 8k);
+- `surrogate_topk`: search guided by the surrogate without the agent: `guided_samples` random
+  schedules ranked by the surrogate, its top k measured;
+- `xla`: XLA:CPU through `jax.jit` on the same computation and thread count, output buffer
+  donated and reused (`mlirrl_jax.measure.xla`);
+- `numpy`: NumPy's matmul with BLAS on the same threads (matmuls only).
+
+Every schedule is chosen first (JAX work), then every measurement runs in one worker, one at a
+time, so no JAX work shares the cores with a timed kernel. Results are appended per (program,
+thread count) to `validation.jsonl` as they come: a killed validation run again with the same
+folder goes on where it stopped. The report is `validation.md` and `validation.json` beside
+it, the plots `validation_speedups.png`, `validation_cdf.png`, `validation_predicted.png`,
+and every measured method's best schedule is saved under `validation/schedules/`, replayable
+with the `mlirrl-jax measure` command the report prints.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import jax
+import numpy as np
+from tqdm import tqdm
+
+from mlirrl_jax.agent.agent import Agent, _bucket
+from mlirrl_jax.env.replay import replay
+from mlirrl_jax.heuristics import heuristic_schedule
+from mlirrl_jax.measure.fingerprint import machine_fingerprint
+from mlirrl_jax.measure.runner import Runner
+from mlirrl_jax.measure.timing import Measurement, TimingMethod
+from mlirrl_jax.programs.ir import Program
+from mlirrl_jax.schedule import Schedule
+from mlirrl_jax.validate import geomean, program_kind
+
+SCHEDULED = ("heuristic", "agent_greedy", "agent_topk", "random_k", "random_8k", "surrogate_topk")
+EXTERNAL = ("xla", "numpy")
+METHODS = ("unscheduled", *SCHEDULED, *EXTERNAL)
+LABELS = {
+    "unscheduled": "unscheduled",
+    "heuristic": "heuristic",
+    "agent_greedy": "agent greedy",
+    "agent_topk": "agent top-k",
+    "random_k": "random k",
+    "random_8k": "random 8k",
+    "surrogate_topk": "surrogate top-k",
+    "xla": "XLA:CPU",
+    "numpy": "NumPy/BLAS",
+}
+BASELINES = ("heuristic", "random_8k", "xla", "numpy")  # what a user could have had otherwise
+MATMUL_KINDS = ("matmul", "batch_matmul")
+
+
+class ValidationError(ValueError):
+    """Bad validation input (a setting, a program beyond the environment's limits)."""
+
+
+@dataclass(frozen=True)
+class ValidationConfig:
+    threads: tuple[int, ...] = (1, 2)
+    budget: int = 8  # k: the agent's and the guided search's measured schedules per program
+    random_factor: int = 8  # the larger random search: random_factor * k measurements
+    guided_samples: int = 256  # random schedules the surrogate ranks for `surrogate_topk`
+    xla: bool = True
+    numpy: bool = True
+    seed: int = 0
+    timeout_s: float = 60.0
+    mem_limit_mb: int = 8192
+    store: str | None = None  # also put every kernel measurement in this store
+
+    def __post_init__(self):
+        if not self.threads or any(int(t) != t or t < 1 for t in self.threads):
+            raise ValidationError(f"threads must be whole numbers >= 1, got {self.threads}")
+        if len(set(self.threads)) != len(self.threads):
+            raise ValidationError(f"threads repeat: {self.threads}")
+        if self.budget < 1:
+            raise ValidationError(f"budget must be at least 1, got {self.budget}")
+        if self.random_factor < 1:
+            raise ValidationError(f"random_factor must be at least 1, got {self.random_factor}")
+        if self.guided_samples < self.budget:
+            raise ValidationError(
+                f"guided_samples ({self.guided_samples}) must be at least the budget "
+                f"({self.budget})"
+            )
+        if self.timeout_s <= 0:
+            raise ValidationError(f"timeout_s must be positive, got {self.timeout_s}")
+
+
+@dataclass
+class Plan:
+    """The schedules each method measures on one program (chosen before any measurement)."""
+
+    program: Program
+    greedy: tuple[Schedule, float]
+    agent_topk: list[tuple[Schedule, float]]
+    random: list[tuple[Schedule, float]]  # in draw order: random_k is the first k
+    guided: list[tuple[Schedule, float]]
+    heuristic_predicted: float
+    predicted: dict = field(default_factory=dict)  # schedule hash -> predicted speedup
+
+
+def plan(agent: Agent, programs: list[Program], config: ValidationConfig) -> list[Plan]:
+    """Every method's schedules of every program, chosen by the agent and the surrogate alone."""
+    k, random_n = config.budget, config.budget * config.random_factor
+    evaluator = agent.evaluator(programs)
+    greedy = agent.scored_schedules(programs, n=1, evaluator=evaluator, seed=config.seed)
+    topk = agent.scored_schedules(programs, n=k, evaluator=evaluator, seed=config.seed)
+    reward_params = evaluator.prepare(agent.surrogate.params)
+    heuristic = np.exp(evaluator.heuristic(reward_params))
+    draws = _random_draws(agent, evaluator, reward_params, programs, config)
+    plans = []
+    for i, program in enumerate(programs):
+        found = draws[i]
+        distinct = list(found.items())  # draw order
+        ranked = sorted(distinct, key=lambda item: -item[1][1])
+        p = Plan(
+            program=program,
+            greedy=(greedy[i][0].schedule, greedy[i][0].predicted_speedup),
+            agent_topk=[(s.schedule, s.predicted_speedup) for s in topk[i]],
+            random=[item[1] for item in distinct[:random_n]],
+            guided=[item[1] for item in ranked[:k]],
+            heuristic_predicted=float(heuristic[i]),
+        )
+        for schedule, predicted in [p.greedy, *p.agent_topk, *found.values()]:
+            p.predicted[schedule.hash] = predicted
+        plans.append(p)
+    return plans
+
+
+def _random_draws(agent, evaluator, reward_params, programs, config) -> list[dict]:
+    """Per program, its distinct non-empty random schedules (hash -> (schedule, predicted
+    speedup)) in draw order, half uniform and half deeper-biased episodes interleaved."""
+    wanted = max(config.budget * config.random_factor, config.guided_samples)
+    found: list[dict] = [{} for _ in programs]
+    rows = np.arange(len(programs))
+    for attempt in range(4):  # repeats: draw more until each program has `wanted` or gives up
+        short = [i for i in rows if len(found[i]) < wanted]
+        if not short:
+            break
+        per = wanted * (1 + attempt)
+        chosen = np.repeat(np.asarray(short), per)
+        padded = np.resize(chosen, _bucket(len(chosen))).astype(np.int32)
+        runs = []
+        for j, weight in enumerate((1.0, 0.25)):
+            key = jax.random.PRNGKey(config.seed * 7919 + attempt * 31 + j)
+            runs.append(evaluator.random_episodes(reward_params, padded, key, weight))
+        actions = [np.asarray(r.actions) for r in runs]
+        steps = [np.asarray(r.steps) for r in runs]
+        speedups = [np.exp(np.asarray(r.log_speedup)) for r in runs]
+        for e in range(len(chosen)):  # interleaved: uniform, deep, uniform, ...
+            for j in range(2):
+                row = int(padded[e])
+                if len(found[row]) >= wanted:
+                    continue
+                schedule, _ = replay(programs[row], actions[j][e, : steps[j][e]])
+                if schedule.ops:
+                    found[row].setdefault(schedule.hash, (schedule, float(speedups[j][e])))
+    return found
+
+
+def _best(measurements: list[Measurement]) -> Measurement | None:
+    ok = [m for m in measurements if m.ok and m.verified and m.median_s]
+    return min(ok, key=lambda m: m.median_s) if ok else None
+
+
+def _measure_plan(
+    p: Plan, threads: int, base: Measurement, runner: Runner, config: ValidationConfig, store
+) -> dict:
+    """Every method's measurements of one program at one thread count: each distinct
+    schedule measured once, each method credited with what it would have spent."""
+    k = config.budget
+    method = TimingMethod(seed=config.seed)
+    heuristic = heuristic_schedule(p.program, threads)
+    schedules = {
+        "heuristic": [heuristic],
+        "agent_greedy": [p.greedy[0]],
+        "agent_topk": [s for s, _ in p.agent_topk],
+        "random_k": [s for s, _ in p.random[:k]],
+        "random_8k": [s for s, _ in p.random],
+        "surrogate_topk": [s for s, _ in p.guided],
+    }
+    spent = {
+        "heuristic": 0,
+        "agent_greedy": 0,
+        "agent_topk": len(schedules["agent_topk"]),
+        "random_k": len(schedules["random_k"]),
+        "random_8k": len(schedules["random_8k"]),
+        "surrogate_topk": len(schedules["surrogate_topk"]),
+    }
+    measured: dict[str, Measurement] = {}
+    for name in SCHEDULED:
+        for s in schedules[name]:
+            if s.hash not in measured:
+                measured[s.hash] = runner.measure(
+                    p.program, s, threads=threads, method=method, timeout_s=config.timeout_s
+                )
+    if store is not None:
+        store.put(list(measured.values()))
+    row = {
+        "program": p.program.name,
+        "kind": program_kind(p.program),
+        "threads": threads,
+        "flops": p.program.flops,
+        "kernel_measurements": len(measured) + (1 if threads == config.threads[0] else 0),
+        "failed": sorted({m.status for m in measured.values() if not m.ok}),
+        "unverified": sum(1 for m in measured.values() if m.ok and not m.verified),
+        "methods": {"unscheduled": _entry(base, 0, None)},
+    }
+    for name in SCHEDULED:
+        best = _best([measured[s.hash] for s in schedules[name]])
+        predicted = (
+            p.heuristic_predicted
+            if name == "heuristic"
+            else (p.predicted.get(best.schedule_hash) if best else None)
+        )
+        row["methods"][name] = _entry(best, spent[name], predicted)
+    if config.xla:
+        from mlirrl_jax.measure.xla import measure_xla
+
+        row["methods"]["xla"] = _external(
+            measure_xla(p.program, threads, method, timeout_s=config.timeout_s)
+        )
+    if config.numpy and row["kind"] in MATMUL_KINDS:
+        from mlirrl_jax.measure.xla import measure_numpy
+
+        row["methods"]["numpy"] = _external(
+            measure_numpy(p.program, threads, method, timeout_s=config.timeout_s)
+        )
+    return row
+
+
+def _entry(m: Measurement | None, spent: int, predicted: float | None) -> dict:
+    if m is None:
+        return {"ms": None, "spent": spent, "status": "no verified schedule"}
+    return {
+        "ms": m.median_s * 1e3 if m.ok and m.verified and m.median_s else None,
+        "spent": spent,
+        "status": m.status if m.verified or not m.ok else "unverified",
+        "predicted": predicted,
+        "schedule": m.schedule,
+    }
+
+
+def _external(m) -> dict:
+    if m is None:
+        return {"ms": None, "spent": 0, "status": "not available for this program"}
+    good = m.status == "ok" and m.verified and m.median_s
+    return {
+        "ms": m.median_s * 1e3 if good else None,
+        "spent": 0,
+        "status": m.status if m.verified or m.status != "ok" else "unverified",
+    }
+
+
+class Validation:
+    """One validation run into a folder: `run()` measures what is not done yet, `report()`
+    writes the Markdown, JSON and plots from everything measured."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        programs: list[Program],
+        out: str | os.PathLike,
+        config: ValidationConfig | None = None,
+        agent_run: str | None = None,
+        progress: bool = True,
+    ):
+        if not programs:
+            raise ValidationError("no programs to validate")
+        names = [p.name for p in programs]
+        if len(set(names)) != len(names):
+            raise ValidationError(
+                f"programs repeat: {sorted(n for n in names if names.count(n) > 1)}"
+            )
+        self.agent, self.programs = agent, programs
+        self.config = config or ValidationConfig()
+        self.out, self.agent_run, self.progress = Path(out), agent_run, progress
+        self.machine = machine_fingerprint()["machine_id"]
+        self.rows_path = self.out / "validation.jsonl"
+        self.out.mkdir(parents=True, exist_ok=True)
+        settings = self.out / "validation_config.json"
+        recorded = {
+            "config": {**asdict(self.config), "threads": list(self.config.threads)},
+            "machine_id": self.machine,
+            "programs": names,
+            "agent": agent_run,
+        }
+        if settings.is_file():
+            before = json.loads(settings.read_text())
+            if before != recorded:
+                raise ValidationError(
+                    f"{self.out} holds a validation with other settings ({settings}): use "
+                    "another folder, or remove it to start again"
+                )
+        else:
+            settings.write_text(json.dumps(recorded, indent=1))
+
+    def done(self) -> list[dict]:
+        if not self.rows_path.is_file():
+            return []
+        rows = []
+        for line in self.rows_path.read_text().splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                break  # a line a kill cut short: measured again
+        return rows
+
+    def run(self) -> list[dict]:
+        rows = self.done()
+        have = {(r["program"], r["threads"]) for r in rows}
+        todo = [
+            p for p in self.programs if any((p.name, t) not in have for t in self.config.threads)
+        ]
+        if not todo:
+            return rows
+        started = time.perf_counter()
+        say = (lambda text: print(text, file=sys.stderr, flush=True)) if self.progress else None
+        if say:
+            say(f"choosing schedules of {len(todo)} programs (agent, random, surrogate-ranked)")
+        plans = plan(self.agent, todo, self.config)
+        if say:
+            say(f"  chosen in {time.perf_counter() - started:.0f} s; measuring on {self.machine}")
+        store = None
+        if self.config.store:
+            from mlirrl_jax.store import MeasurementStore
+
+            store = MeasurementStore(self.config.store)
+            store.add_programs(todo)
+        jobs = [
+            (p, t) for p in plans for t in self.config.threads if (p.program.name, t) not in have
+        ]
+        bar = tqdm(total=len(jobs), desc="validation", unit="run", disable=not self.progress)
+        try:
+            with (
+                Runner(self.config.timeout_s, self.config.mem_limit_mb) as runner,
+                open(self.rows_path, "a") as log,
+            ):
+                bases: dict[str, Measurement] = {}
+                for p, threads in jobs:
+                    name = p.program.name
+                    if name not in bases:
+                        bases[name] = runner.measure(
+                            p.program, None, threads=1, method=TimingMethod(seed=self.config.seed)
+                        )
+                        if store is not None:
+                            store.put([bases[name]])
+                    row = _measure_plan(p, threads, bases[name], runner, self.config, store)
+                    row["machine_id"] = self.machine
+                    log.write(json.dumps(row) + "\n")
+                    log.flush()
+                    os.fsync(log.fileno())
+                    rows.append(row)
+                    bar.update(1)
+                    bar.set_postfix_str(f"{name.split('/')[-1]} t{threads}")
+        finally:
+            bar.close()
+            if store is not None:
+                store.close()
+        return rows
+
+    def report(self, rows: list[dict] | None = None, peak_gflops: float | None = None) -> dict:
+        rows = self.done() if rows is None else rows
+        summary = summarize(rows, self.config, peak_gflops)
+        summary["machine_id"] = self.machine
+        summary["agent"] = self.agent_run
+        summary["surrogate_machine"] = self.agent.surrogate.machine_id
+        paths = save_schedules(rows, self.out / "validation" / "schedules")
+        text = format_validation(rows, summary, self.config, paths)
+        (self.out / "validation.md").write_text(text + "\n")
+        (self.out / "validation.json").write_text(
+            json.dumps({"summary": summary, "rows": rows}, indent=1)
+        )
+        save_validation_plots(rows, self.out)
+        return summary
+
+
+def speedups(row: dict) -> dict[str, float | None]:
+    """Each method's speedup over the unscheduled program in one row."""
+    base = row["methods"]["unscheduled"]["ms"]
+    return {
+        name: (base / m["ms"] if base and m.get("ms") else None)
+        for name, m in row["methods"].items()
+    }
+
+
+def summarize(rows: list[dict], config: ValidationConfig, peak_gflops: float | None) -> dict:
+    """Per thread count: each method's geomean speedup over unscheduled (on the programs
+    where every compared method verified), measurement counts, the agent against random
+    search and against XLA per op kind, and GFLOP/s against the measured peak."""
+    out: dict = {"threads": {}, "peak_gflops_one_core": peak_gflops}
+    for threads in config.threads:
+        group = [r for r in rows if r["threads"] == threads]
+        if not group:
+            continue
+        per = [speedups(r) for r in group]
+        by_method = {}
+        for name in METHODS:
+            values = [s[name] for s in per if s.get(name)]
+            spent = [r["methods"][name]["spent"] for r in group if name in r["methods"]]
+            by_method[name] = {
+                "geomean_speedup": geomean(values) if values else None,
+                "programs": len(values),
+                "measurements_per_program": float(np.mean(spent)) if spent else None,
+            }
+        common = [s for s in per if s.get("agent_topk") and s.get("random_8k")]
+        greedy_common = [s for s in per if s.get("agent_greedy") and s.get("random_8k")]
+        entry = {
+            "programs": len(group),
+            "methods": by_method,
+            "agent_topk_over_random_8k": _ratio(common, "agent_topk", "random_8k"),
+            "agent_greedy_over_random_8k": _ratio(greedy_common, "agent_greedy", "random_8k"),
+            "agent_topk_over_heuristic": _ratio(per, "agent_topk", "heuristic"),
+            "by_kind": {},
+        }
+        kinds = defaultdict(list)
+        for r, s in zip(group, per, strict=True):
+            kinds[r["kind"]].append((r, s))
+        for kind, members in sorted(kinds.items()):
+            ss = [s for _, s in members]
+            best_any = [
+                {**s, "best_any": max(s[n] for n in SCHEDULED if s.get(n))}
+                for s in ss
+                if any(s.get(n) for n in SCHEDULED)
+            ]
+            k_entry = {
+                "programs": len(members),
+                "agent_topk_over_xla": _ratio(ss, "agent_topk", "xla"),
+                "best_any_over_xla": _ratio(best_any, "best_any", "xla"),
+                "agent_topk_over_random_8k": _ratio(ss, "agent_topk", "random_8k"),
+                **{
+                    n: geomean([s[n] for s in ss if s.get(n)])
+                    if any(s.get(n) for s in ss)
+                    else None
+                    for n in METHODS
+                },
+            }
+            if peak_gflops:
+                fractions = []
+                for r, s in members:
+                    best = max((s[n] for n in SCHEDULED if s.get(n)), default=None)
+                    if best:
+                        ms = r["methods"]["unscheduled"]["ms"] / best
+                        fractions.append(r["flops"] / (ms * 1e-3) * 1e-9 / (peak_gflops * threads))
+                k_entry["best_fraction_of_peak"] = (
+                    float(np.median(fractions)) if fractions else None
+                )
+            entry["by_kind"][kind] = k_entry
+        out["threads"][str(threads)] = entry
+    return out
+
+
+def _ratio(per: list[dict], a: str, b: str) -> float | None:
+    pairs = [(s[a], s[b]) for s in per if s.get(a) and s.get(b)]
+    if not pairs:
+        return None
+    return geomean([x for x, _ in pairs]) / geomean([y for _, y in pairs])
+
+
+def _slug(name: str) -> str:
+    return name.split("://")[-1].replace("/", "_")
+
+
+def save_schedules(rows: list[dict], folder: Path) -> dict:
+    """Each row's measured methods' best schedules as JSON files; returns
+    {(program, threads, method): path}."""
+    paths = {}
+    for r in rows:
+        for name, m in r["methods"].items():
+            if name == "unscheduled" or m.get("schedule") is None or m.get("ms") is None:
+                continue
+            path = folder / _slug(r["program"]) / f"{name}-t{r['threads']}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(m["schedule"], indent=1))
+            paths[(r["program"], r["threads"], name)] = path
+    return paths
+
+
+def _f(value, fmt: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return format(value, fmt)
+
+
+def format_validation(rows: list[dict], summary: dict, config: ValidationConfig, paths) -> str:
+    """Markdown: per thread count, each program's speedups per method, then the geomeans,
+    the agent against the baselines, per op kind against XLA, and replay commands."""
+    k = config.budget
+    lines = [
+        f"# Validation on machine {summary.get('machine_id')}",
+        "",
+        f"Agent: `{summary.get('agent')}` (surrogate of machine {summary.get('surrogate_machine')}). "
+        f"k = {k}: the agent's top-k, random search with k and {k * config.random_factor} real "
+        f"measurements, the surrogate's top-k of {config.guided_samples} random schedules. Speedups "
+        "are over the unscheduled program measured in the same run (one thread); every kernel "
+        "output verified against the reference; '-' where a method had no verified result.",
+    ]
+    if summary.get("peak_gflops_one_core"):
+        lines.append(
+            f"Measured FMA peak: {summary['peak_gflops_one_core']:.1f} GFLOP/s per core "
+            "(`mlirrl_jax/measure/peak.py`)."
+        )
+    for threads, entry in summary["threads"].items():
+        group = [r for r in rows if str(r["threads"]) == threads]
+        names = [n for n in METHODS if n != "unscheduled" and any(n in r["methods"] for r in group)]
+        lines += [
+            "",
+            f"## {threads} thread(s): {entry['programs']} programs",
+            "",
+            "| program | kind | unscheduled ms | " + " | ".join(LABELS[n] for n in names) + " |",
+            "|---|---|---|" + "---|" * len(names),
+        ]
+        for r in group:
+            s = speedups(r)
+            lines.append(
+                f"| {r['program'].split('/')[-1]} | {r['kind']} | "
+                f"{_f(r['methods']['unscheduled']['ms'], '.3f')} | "
+                + " | ".join(_f(s.get(n), ".2f") + ("x" if s.get(n) else "") for n in names)
+                + " |"
+            )
+        m = entry["methods"]
+        lines += [
+            "",
+            "| method | geomean speedup | programs | real measurements per program |",
+            "|---|---|---|---|",
+            *(
+                f"| {LABELS[n]} | {_f(m[n]['geomean_speedup'], '.2f')}x | {m[n]['programs']} | "
+                f"{_f(m[n]['measurements_per_program'], '.0f')} |"
+                for n in METHODS
+                if m[n]["programs"]
+            ),
+            "",
+            f"Agent top-{k} / random search with {k * config.random_factor}: "
+            f"{_f(entry['agent_topk_over_random_8k'], '.3f')}; agent greedy (0 measurements) / "
+            f"random {k * config.random_factor}: {_f(entry['agent_greedy_over_random_8k'], '.3f')}; "
+            f"agent top-{k} / heuristic: {_f(entry['agent_topk_over_heuristic'], '.3f')} "
+            "(geomeans over the programs where both verified).",
+            "",
+            "| op kind | programs | agent top-k / XLA | best any method / XLA | agent top-k / random 8k | best fraction of peak |",
+            "|---|---|---|---|---|---|",
+            *(
+                f"| {kind} | {e['programs']} | {_f(e['agent_topk_over_xla'], '.2f')} | "
+                f"{_f(e['best_any_over_xla'], '.2f')} | {_f(e['agent_topk_over_random_8k'], '.2f')} | "
+                f"{_f(e.get('best_fraction_of_peak'), '.0%')} |"
+                for kind, e in entry["by_kind"].items()
+            ),
+        ]
+    if paths:
+        lines += [
+            "",
+            "## Replay",
+            "",
+            "Every measured method's best schedule is saved; the agent's top-k, for example:",
+            "",
+        ]
+        shown = sorted((key, path) for key, path in paths.items() if key[2] == "agent_topk")
+        for (program, threads, _), path in shown[:12]:
+            lines.append(f"    mlirrl-jax measure {program} --schedule {path} --threads {threads}")
+        lines.append("")
+        lines.append(
+            f"({len(paths)} schedules under `{Path(next(iter(paths.values()))).parents[1]}`.)"
+        )
+    return "\n".join(lines)
+
+
+def save_validation_plots(rows: list[dict], folder: Path) -> list[Path]:
+    """Speedup per program per method, the CDF of the agent's speedup over the best baseline,
+    and predicted against real speedup of the agent's and the guided search's schedules."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    thread_counts = sorted({r["threads"] for r in rows})
+    if not rows:
+        return written
+    fig, axes = plt.subplots(
+        1, len(thread_counts), figsize=(7 * len(thread_counts), 4.5), squeeze=False
+    )
+    for ax, threads in zip(axes[0], thread_counts, strict=True):
+        group = [r for r in rows if r["threads"] == threads]
+        per = [speedups(r) for r in group]
+        order = np.argsort([s.get("heuristic") or 0 for s in per])
+        for name, marker in (
+            ("heuristic", "s"),
+            ("random_8k", "^"),
+            ("xla", "x"),
+            ("agent_greedy", "."),
+            ("agent_topk", "o"),
+        ):
+            ys = [per[i].get(name) for i in order]
+            xs = [j for j, y in enumerate(ys) if y]
+            ax.plot(xs, [ys[j] for j in xs], marker, label=LABELS[name], alpha=0.8)
+        ax.set_yscale("log")
+        ax.set_title(f"{threads} thread(s)")
+        ax.set_xlabel("program (sorted by the heuristic's speedup)")
+        ax.set_ylabel("real speedup over unscheduled")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    written.append(folder / "validation_speedups.png")
+    fig.savefig(written[-1], dpi=100)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    for threads in thread_counts:
+        for name in ("agent_topk", "agent_greedy"):
+            ratios = []
+            for r in rows:
+                if r["threads"] != threads:
+                    continue
+                s = speedups(r)
+                best = max((s[b] for b in BASELINES if s.get(b)), default=None)
+                if s.get(name) and best:
+                    ratios.append(s[name] / best)
+            if ratios:
+                ratios.sort()
+                ax.step(
+                    ratios,
+                    np.arange(1, len(ratios) + 1) / len(ratios),
+                    where="post",
+                    label=f"{LABELS[name]}, {threads} thread(s)",
+                )
+    ax.axvline(1.0, color="grey", linestyle=":")
+    ax.set_xscale("log")
+    ax.set_xlabel("speedup over the best baseline (heuristic, random 8k, XLA, NumPy)")
+    ax.set_ylabel("fraction of programs")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    written.append(folder / "validation_cdf.png")
+    fig.savefig(written[-1], dpi=100)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(5, 5))
+    points = []
+    for r in rows:
+        s = speedups(r)
+        for name, marker in (("agent_topk", "o"), ("surrogate_topk", "^"), ("heuristic", "s")):
+            predicted = r["methods"].get(name, {}).get("predicted")
+            if predicted and s.get(name):
+                points.append((s[name], predicted, name, marker))
+    for name, marker in (("agent_topk", "o"), ("surrogate_topk", "^"), ("heuristic", "s")):
+        mine = [p for p in points if p[2] == name]
+        if mine:
+            ax.scatter(
+                [p[0] for p in mine], [p[1] for p in mine], s=14, marker=marker, label=LABELS[name]
+            )
+    if points:
+        lo = min(min(p[0], p[1]) for p in points)
+        hi = max(max(p[0], p[1]) for p in points)
+        ax.plot([lo, hi], [lo, hi], "k--", lw=1)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+    ax.set_xlabel("real speedup")
+    ax.set_ylabel("surrogate's predicted speedup (one thread)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    written.append(folder / "validation_predicted.png")
+    fig.savefig(written[-1], dpi=100)
+    plt.close(fig)
+    return written

@@ -1,0 +1,180 @@
+"""The final validation and `optimize`, end to end with the shipped agent: real schedules,
+real measurement in the worker, verified outputs, XLA beside them."""
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import MATMUL, MATMUL_BIAS_RELU
+
+from mlirrl_jax.cli import main
+from mlirrl_jax.shipped import SHIPPED_AGENT
+
+pytestmark = pytest.mark.skipif(
+    not (SHIPPED_AGENT / "checkpoints").is_dir(), reason="no shipped agent in data/agent"
+)
+
+SMALL = dict(threads=(1,), budget=2, random_factor=2, guided_samples=8, timeout_s=60)
+
+
+@pytest.fixture(scope="module")
+def agent():
+    from mlirrl_jax.agent.agent import Agent
+
+    return Agent.load(SHIPPED_AGENT)
+
+
+@pytest.fixture(scope="module")
+def validated(agent, matmul, mm_bias_relu, tmp_path_factory):
+    from mlirrl_jax.validation import Validation, ValidationConfig
+
+    out = tmp_path_factory.mktemp("validation")
+    store = out / "store.db"
+    v = Validation(
+        agent,
+        [matmul, mm_bias_relu],
+        out,
+        ValidationConfig(**SMALL, store=str(store)),
+        agent_run=str(SHIPPED_AGENT),
+        progress=False,
+    )
+    rows = v.run()
+    summary = v.report(rows, peak_gflops=100.0)
+    return out, rows, summary, v
+
+
+def test_validation_measures_every_method_on_every_program(validated):
+    out, rows, summary, _ = validated
+    assert [r["program"] for r in rows] == ["matmul", "mm_bias_relu"]
+    for r in rows:
+        methods = r["methods"]
+        assert methods["unscheduled"]["ms"] > 0
+        for name in ("heuristic", "agent_greedy", "agent_topk", "random_k", "random_8k"):
+            assert methods[name]["ms"] and methods[name]["ms"] > 0, (r["program"], name)
+        assert methods["agent_topk"]["spent"] == 2 and methods["random_8k"]["spent"] == 4
+        assert methods["agent_greedy"]["spent"] == 0
+        # the larger random search includes the smaller one: never worse
+        assert methods["random_8k"]["ms"] <= methods["random_k"]["ms"]
+        assert methods["xla"]["status"] == "ok" and methods["xla"]["ms"] > 0
+        assert not r["failed"] and r["unverified"] == 0
+    assert rows[0]["methods"]["numpy"]["ms"] > 0  # a matmul: NumPy/BLAS too
+    entry = summary["threads"]["1"]
+    assert entry["agent_topk_over_random_8k"] > 0
+    assert {"matmul", "matmul_bias_relu"} <= set(entry["by_kind"]) or entry["by_kind"]
+    text = (out / "validation.md").read_text()
+    assert "agent top-k" in text and "XLA:CPU" in text and "mlirrl-jax measure" in text
+    for plot in ("validation_speedups.png", "validation_cdf.png", "validation_predicted.png"):
+        assert (out / plot).stat().st_size > 0
+    saved = json.loads((out / "validation.json").read_text())
+    assert saved["summary"]["machine_id"] and len(saved["rows"]) == 2
+
+
+def test_validation_schedules_replay_with_measure(validated, capsys):
+    out, rows, _, _ = validated
+    path = out / "validation" / "schedules" / "mm_bias_relu" / "agent_topk-t1.json"
+    assert path.is_file()
+    program = out / "mm_bias_relu.mlir"
+    program.write_text(MATMUL_BIAS_RELU)
+    assert main(["measure", str(program), "--schedule", str(path), "--json"]) == 0
+    replayed = json.loads(capsys.readouterr().out)["scheduled"]
+    assert replayed["verified"] and replayed["schedule"] == json.loads(path.read_text())
+
+
+def test_validation_goes_on_where_it_stopped_and_stores_its_measurements(validated, agent):
+    from mlirrl_jax.store import MeasurementStore
+    from mlirrl_jax.validation import Validation, ValidationConfig, ValidationError
+
+    out, rows, _, v = validated
+    again = Validation(
+        agent,
+        v.programs,
+        out,
+        ValidationConfig(**SMALL, store=v.config.store),
+        agent_run=str(SHIPPED_AGENT),
+        progress=False,
+    )
+    assert again.run() == rows  # everything done: nothing measured again
+    with MeasurementStore(v.config.store) as store:
+        # each distinct kernel schedule once, the unscheduled programs included
+        assert store.count() == sum(r["kernel_measurements"] for r in rows)
+    with pytest.raises(ValidationError, match="other settings"):
+        Validation(agent, v.programs, out, ValidationConfig(**{**SMALL, "budget": 3}))
+
+
+def test_validation_refuses_bad_settings():
+    from mlirrl_jax.validation import ValidationConfig, ValidationError
+
+    with pytest.raises(ValidationError, match="threads"):
+        ValidationConfig(threads=(0,))
+    with pytest.raises(ValidationError, match="budget"):
+        ValidationConfig(budget=0)
+    with pytest.raises(ValidationError, match="guided_samples"):
+        ValidationConfig(budget=8, guided_samples=4)
+
+
+def test_optimize_a_hand_written_kernel(tmp_path, capsys):
+    kernel = tmp_path / "mm.mlir"
+    kernel.write_text(MATMUL)
+    out = tmp_path / "out"
+    code = main(["optimize", str(kernel), "--out", str(out), "--budget", "2"])
+    assert code == 0, capsys.readouterr().err
+    summary = json.loads((out / "summary.json").read_text())
+    for key in ("baseline_ms", "heuristic_ms", "best_ms", "speedup", "verified", "measurements"):
+        assert key in summary
+    assert summary["verified"] and summary["measurements"] == 4  # base, heuristic, 2 agent
+    assert summary["best_ms"] <= summary["heuristic_ms"]
+    assert "transform.named_sequence" in (out / "transform.mlir").read_text()
+    transformed = (out / "transformed.mlir").read_text()
+    assert "func.func @kernel" in transformed and "vector" in transformed
+    assert json.loads((out / "schedule.json").read_text())["ops"]
+    assert "replay: mlirrl-jax measure" in capsys.readouterr().out
+
+
+def test_optimize_and_validate_refuse_bad_input_clearly(tmp_path, capsys):
+    binary = tmp_path / "bin.mlir"
+    binary.write_bytes(b"\x00\xff\xfe" * 10)
+    assert main(["optimize", str(binary), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "bin.mlir" in err and "Traceback" not in err
+    assert main(["optimize", str(tmp_path / "missing.mlir"), "--out", str(tmp_path / "o")]) == 2
+    assert "missing.mlir" in capsys.readouterr().err
+    kernel = tmp_path / "mm.mlir"
+    kernel.write_text(MATMUL)
+    with pytest.raises(SystemExit):  # argparse refuses it, naming the option
+        main(["optimize", str(kernel), "--out", str(tmp_path / "o"), "--budget", "0"])
+    assert "--budget: 0 must be > 0" in capsys.readouterr().err
+    # more ops than the environment's tables hold
+    from mlirrl_jax.env.state import MAX_OPS
+
+    chain = _relu_chain(MAX_OPS + 1)
+    big = tmp_path / "chain.mlir"
+    big.write_text(chain)
+    assert main(["optimize", str(big), "--out", str(tmp_path / "o")]) == 2
+    assert "limits" in capsys.readouterr().err
+    assert main(["validate", str(big), "--out", str(tmp_path / "v")]) == 2
+    assert "limits" in capsys.readouterr().err
+    assert main(["validate", "--suite", "dl-v0", str(kernel)]) == 2
+    assert "not both" in capsys.readouterr().err
+    assert not Path(tmp_path / "o" / "summary.json").exists()
+
+
+def _relu_chain(ops: int) -> str:
+    """A chain of `ops` element-wise ReLUs on a 4x8 tensor."""
+    t = "tensor<4x8xf32>"
+    lines = [
+        "#id = affine_map<(i, j) -> (i, j)>",
+        f"func.func @chain(%x0: {t}) -> {t} {{",
+        "  %zero = arith.constant 0.0 : f32",
+    ]
+    for i in range(ops):
+        lines += [
+            f"  %e{i} = tensor.empty() : {t}",
+            f"  %x{i + 1} = linalg.generic {{indexing_maps = [#id, #id], iterator_types = "
+            f'["parallel", "parallel"]}} ins(%x{i} : {t}) outs(%e{i} : {t}) {{',
+            "  ^bb0(%a: f32, %o: f32):",
+            "    %m = arith.maximumf %a, %zero : f32",
+            "    linalg.yield %m : f32",
+            f"  }} -> {t}",
+        ]
+    lines += [f"  return %x{ops} : {t}", "}"]
+    return "\n".join(lines)
