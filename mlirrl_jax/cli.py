@@ -159,6 +159,12 @@ def cmd_demo(args) -> int:
         flush=True,
     )
     out_dir.mkdir(parents=True, exist_ok=True)
+    if shipped:  # go on as the shipped run ended: its final step size and entropy bonus
+        config = replace(
+            config,
+            learning_rate=config.final_learning_rate,
+            entropy_coef=config.final_entropy_coef,
+        )
     run_training(
         run,
         replace(config, minutes=0.0, iterations=iterations),
@@ -361,11 +367,22 @@ def cmd_train(args) -> int:
     config = (
         AgentConfig.from_json(json.loads(Path(args.config).read_text())) if args.config else None
     )
+    if args.init_agent and config is None and not args.resume:
+        from mlirrl_jax.agent.checkpoint import load_meta
+
+        config = AgentConfig.from_json(load_meta(Path(args.init_agent))["config"])
     if args.surrogate is not None:
         if args.resume:
             raise ValueError("a resumed run keeps its surrogate: drop --surrogate")
         config = replace(config or AgentConfig(), surrogate=args.surrogate)
-    run_training(out, config, resume=args.resume, budget=budget, regrounding=_rounds(args))
+    run_training(
+        out,
+        config,
+        resume=args.resume,
+        budget=budget,
+        regrounding=_rounds(args),
+        init_agent=args.init_agent,
+    )
     print(f"run in {out.resolve()}: metrics.jsonl, learning_curve.png, summary.json, checkpoints/")
     return 0
 
@@ -401,6 +418,10 @@ def _validation_programs(args) -> list[Program]:
         programs = [p for p in programs if program_kind(p) in set(args.kind.split(","))]
         if not programs:
             raise ValueError(f"no program of kind {args.kind}")
+    if args.max_mflops is not None:
+        programs = [p for p in programs if p.flops <= args.max_mflops * 1e6]
+        if not programs:
+            raise ValueError(f"no program of at most {args.max_mflops:g} MFLOP")
     if args.programs is not None:
         if args.programs < 1:
             raise ValueError(f"--programs must be at least 1, got {args.programs}")
@@ -727,6 +748,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="JSON file of AgentConfig fields (the rest: defaults)")
     p.add_argument("--surrogate", help="cost model folder, or 'analytic' (default: shipped)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
+    p.add_argument(
+        "--init-agent",
+        help="start from this run's policy (e.g. data/agent, the shipped agent; its config "
+        "unless --config)",
+    )
     ground = p.add_argument_group(
         "re-grounding",
         "measure the agent's top schedules on this machine and correct the "
@@ -760,6 +786,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", choices=["train", "surrogate-validation", "test"], help="(test)")
     p.add_argument("--kind", help="only programs of these op kinds (comma-separated)")
     p.add_argument("--programs", type=POSITIVE_INT, help="at most this many, evenly spaced")
+    p.add_argument("--max-mflops", type=POSITIVE_FLOAT, help="only programs of at most this size")
     p.add_argument("--threads", type=_thread_counts, default=(1, 2), help="e.g. 1,2 (default)")
     p.add_argument(
         "--budget", type=POSITIVE_INT, default=8, help="k: real measurements of top-k (8)"

@@ -366,3 +366,30 @@ def test_configs_refuse_bad_values_and_unknown_keys():
         AgentConfig(envs=10, steps=3, minibatches=4)
     config = AgentConfig.from_json({"envs": 8, "network": {"width": 16}})
     assert AgentConfig.from_json(json.loads(config.dumps())) == config
+
+
+def test_a_run_can_start_from_the_shipped_agents_policy(tmp_path):
+    from mlirrl_jax.agent.networks import abstract
+    from mlirrl_jax.agent.run import RunError, run_training
+    from mlirrl_jax.shipped import SHIPPED_AGENT
+
+    if not (SHIPPED_AGENT / "checkpoints").is_dir():
+        pytest.skip("no shipped agent in data/agent")
+    shipped = AgentConfig.from_json(checkpoint.load_meta(SHIPPED_AGENT)["config"])
+    config = replace(
+        SMALL, network=shipped.network, iterations=1, eval_every=0, checkpoint_seconds=0.0
+    )
+    run = tmp_path / "from-shipped"
+    run_training(run, config, progress=False, init_agent=SHIPPED_AGENT)
+    like = abstract(shipped.network)[1]
+    theirs = checkpoint.restore_params(SHIPPED_AGENT, like)
+    start = checkpoint.restore_params(
+        run, abstract(shipped.network)[1], checkpoint.load_meta(run, 0)
+    )
+    same = jax.tree.map(
+        lambda a, b: bool(np.array_equal(a, b)), nnx.to_pure_dict(theirs), nnx.to_pure_dict(start)
+    )
+    assert all(jax.tree.leaves(same))  # the run's first checkpoint holds the shipped policy
+    other = replace(config, network=replace(shipped.network, width=shipped.network.width * 2))
+    with pytest.raises(RunError, match="network"):
+        run_training(tmp_path / "other", other, progress=False, init_agent=SHIPPED_AGENT)

@@ -219,10 +219,11 @@ class Runner:
         tail = worker.log_tail(log_start)
         worker.kill()
         self._worker = None
-        return _death_record(code, tail, self.mem_limit_mb)
+        return death_record(code, tail, self.mem_limit_mb)
 
 
-def _death_record(code: int, tail: str, mem_limit_mb: int) -> dict:
+def death_record(code: int, tail: str, mem_limit_mb: int) -> dict:
+    """The failure record of a worker that died with `code`, its log tail saying why."""
     reason = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
     memory_words = ("out of memory", "MemoryError", "std::bad_alloc", "Cannot allocate memory")
     if code == -signal.SIGKILL or any(w in tail for w in memory_words):

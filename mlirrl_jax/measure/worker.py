@@ -55,7 +55,7 @@ def _program_data(program: Program, seed: int) -> _ProgramData:
     return _cache[key]
 
 
-def _inject(fault: str | None) -> None:
+def inject_test_fault(fault: str | None) -> None:
     """Test-only fault injection: behave like a broken compiler or kernel would."""
     if fault == "crash":
         os.abort()
@@ -75,7 +75,7 @@ def measure_request(request: dict) -> dict:
     program: Program = request["program"]
     method: TimingMethod = request["method"]
     fault = request.get("inject_fault")
-    _inject(fault)
+    inject_test_fault(fault)
     try:
         kernel = compile_kernel(
             program.mlir, request["script"], request["threads"], request["runtime"]

@@ -44,12 +44,12 @@ from mlirrl_jax.measure.reference import (
     random_inputs,
     tolerance,
 )
-from mlirrl_jax.measure.runner import DEFAULT_TIMEOUT_S, _death_record
+from mlirrl_jax.measure.runner import DEFAULT_TIMEOUT_S, death_record
 from mlirrl_jax.measure.timing import Measurement, TimingMethod, nan_filled, time_calls
-from mlirrl_jax.measure.worker import _inject
+from mlirrl_jax.measure.worker import inject_test_fault
 from mlirrl_jax.programs.ir import LinalgOp, Operand, Program
 
-# Test-only fault injection in the child (see worker._inject); "oom" is left out: the child
+# Test-only fault injection in the child (see worker.inject_test_fault); "oom" is left out: the child
 # has no memory limit, so a memory hog would take the whole machine.
 FAULTS = ("crash", "hang", "wrong_output")
 # Python run in the child before anything else: the affinity must be set before NumPy loads
@@ -876,7 +876,7 @@ def _round_trip(request: dict, cores: list[int], env: dict, timeout_s: float) ->
             log.seek(0)
             lines = [line for line in log.read().decode(errors="replace").splitlines() if line]
             memory_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") >> 20
-            reply = _death_record(code, " | ".join(lines[-6:])[-1500:], memory_mb)
+            reply = death_record(code, " | ".join(lines[-6:])[-1500:], memory_mb)
         if process.poll() is None:
             try:
                 os.killpg(process.pid, signal.SIGKILL)
@@ -899,7 +899,7 @@ def _serve(request: dict) -> dict:
     program: Program = request["program"]
     method: TimingMethod = request["method"]
     fault = request["inject_fault"]
-    _inject(fault)
+    inject_test_fault(fault)
     try:
         inputs = random_inputs(program, method.seed)
         references = evaluate(program, inputs)
