@@ -422,6 +422,7 @@ def summarize(rows: list[dict], config: ValidationConfig, peak_gflops: float | N
                 "geomean_speedup": geomean(values) if values else None,
                 "programs": len(values),
                 "measurements_per_program": float(np.mean(spent)) if spent else None,
+                **_predicted_against_real(group, per, name),
             }
         common = [s for s in per if s.get("agent_topk") and s.get("random_8k")]
         greedy_common = [s for s in per if s.get("agent_greedy") and s.get("random_8k")]
@@ -468,6 +469,24 @@ def summarize(rows: list[dict], config: ValidationConfig, peak_gflops: float | N
             entry["by_kind"][kind] = k_entry
         out["threads"][str(threads)] = entry
     return out
+
+
+def _predicted_against_real(group: list[dict], per: list[dict], name: str) -> dict:
+    """The surrogate's predicted speedups of a method's best schedules (one thread) against
+    their real ones: geomeans of both and the MAPE, on the programs that have both."""
+    pairs = [
+        (r["methods"][name]["predicted"], s[name])
+        for r, s in zip(group, per, strict=True)
+        if r["methods"].get(name, {}).get("predicted") and s.get(name)
+    ]
+    if not pairs:
+        return {}
+    predicted, real = (np.array(v, np.float64) for v in zip(*pairs, strict=True))
+    return {
+        "predicted_geomean": geomean(predicted),
+        "real_geomean_predicted_programs": geomean(real),
+        "prediction_mape": float(np.mean(np.abs(predicted - real) / real)),
+    }
 
 
 def _ratio(per: list[dict], a: str, b: str) -> float | None:
@@ -555,6 +574,15 @@ def format_validation(rows: list[dict], summary: dict, config: ValidationConfig,
             f"random {k * config.random_factor}: {_f(entry['agent_greedy_over_random_8k'], '.3f')}; "
             f"agent top-{k} / heuristic: {_f(entry['agent_topk_over_heuristic'], '.3f')} "
             "(geomeans over the programs where both verified).",
+            "",
+            "Surrogate's predicted speedup (one thread) against real, best schedules: "
+            + "; ".join(
+                f"{LABELS[n]} predicted {m[n]['predicted_geomean']:.2f}x, real "
+                f"{m[n]['real_geomean_predicted_programs']:.2f}x, MAPE {m[n]['prediction_mape']:.0%}"
+                for n in SCHEDULED
+                if m[n].get("predicted_geomean")
+            )
+            + ".",
             "",
             "| op kind | programs | agent top-k / XLA | best any method / XLA | agent top-k / random 8k | best fraction of peak |",
             "|---|---|---|---|---|---|",

@@ -60,9 +60,12 @@ def test_validation_measures_every_method_on_every_program(validated):
     assert rows[0]["methods"]["numpy"]["ms"] > 0  # a matmul: NumPy/BLAS too
     entry = summary["threads"]["1"]
     assert entry["agent_topk_over_random_8k"] > 0
+    greedy = entry["methods"]["agent_greedy"]
+    assert greedy["predicted_geomean"] > 0 and greedy["prediction_mape"] >= 0
     assert {"matmul", "matmul_bias_relu"} <= set(entry["by_kind"]) or entry["by_kind"]
     text = (out / "validation.md").read_text()
     assert "agent top-k" in text and "XLA:CPU" in text and "mlirrl-jax measure" in text
+    assert "predicted speedup (one thread) against real" in text
     for plot in ("validation_speedups.png", "validation_cdf.png", "validation_predicted.png"):
         assert (out / plot).stat().st_size > 0
     saved = json.loads((out / "validation.json").read_text())

@@ -39,14 +39,13 @@ from mlirrl_jax.measure.fingerprint import fingerprint
 from mlirrl_jax.measure.reference import (
     NUMPY_TYPES,
     ReferenceUnsupported,
-    compare,
     evaluate,
     random_inputs,
     tolerance,
 )
 from mlirrl_jax.measure.runner import DEFAULT_TIMEOUT_S, death_record
-from mlirrl_jax.measure.timing import Measurement, TimingMethod, nan_filled, time_calls
-from mlirrl_jax.measure.worker import inject_test_fault
+from mlirrl_jax.measure.timing import Measurement, TimingMethod, nan_filled
+from mlirrl_jax.measure.worker import inject_test_fault, verify_and_time
 from mlirrl_jax.programs.ir import LinalgOp, Operand, Program
 
 # Test-only fault injection in the child (see worker.inject_test_fault); "oom" is left out: the child
@@ -907,34 +906,8 @@ def _serve(request: dict) -> dict:
         return {"status": "reference_error", "error": str(exc)}
     prepare = _prepare_xla if request["library"] == "xla" else _prepare_numpy
     call, outputs, fields = prepare(program, inputs, request["threads"])
-    written = outputs()
-    if fault == "wrong_output":
-        written[0].reshape(-1)[0] += 1
-    rtol = tolerance(program)
-    worst = 0.0
-    for output, reference in zip(written, references):
-        matches, error = compare(output, reference, rtol)
-        worst = max(worst, error)
-        if not matches:
-            return {
-                **fields,
-                "status": "wrong_output",
-                "max_error": worst,
-                "tolerance": rtol,
-                "error": f"output differs from the reference: error {error:.3g} > {rtol:.3g}",
-            }
-    stats = time_calls(call, method)
-    return {
-        **fields,
-        "status": "ok",
-        "verified": True,
-        "max_error": worst,
-        "tolerance": rtol,
-        "median_s": stats.median_s,
-        "min_s": stats.min_s,
-        "spread": stats.spread,
-        "repeats": stats.repeats,
-    }
+    checked = verify_and_time(call, outputs(), references, tolerance(program), method, fault)
+    return {**fields, **checked}
 
 
 def _prepare_xla(program: Program, inputs: list[np.ndarray], threads: int):
