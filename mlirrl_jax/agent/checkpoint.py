@@ -56,11 +56,21 @@ def save(run_dir: Path, state, meta: dict) -> int:
 
 
 def latest_step(run_dir: Path) -> int | None:
-    """The iteration of the newest complete checkpoint, or None."""
-    if not (Path(run_dir) / "checkpoints").is_dir():
+    """The iteration of the newest complete checkpoint, or None.
+
+    Read from the folder names, not through a CheckpointManager: a reader may look while the
+    training process writes a checkpoint and deletes the oldest, and a manager opened then
+    fails on the folder that vanished under it. Orbax writes under a temporary name and
+    renames when complete, so a folder named by its step alone holds a whole checkpoint.
+    """
+    folder = Path(run_dir) / "checkpoints"
+    if not folder.is_dir():
         return None
-    with _manager(run_dir) as manager:
-        return manager.latest_step()
+    steps = []
+    for entry in folder.iterdir():
+        if entry.name.isdigit() and (entry / "_CHECKPOINT_METADATA").exists():
+            steps.append(int(entry.name))
+    return max(steps, default=None)
 
 
 def load_meta(run_dir: Path, step: int | None = None) -> dict:
