@@ -112,6 +112,7 @@ class CostModel:
             digest.update(np.asarray(leaf).tobytes())
         return {
             "machine_id": self.meta.get("machine_id", ""),
+            "threads": self.meta.get("threads", 1),
             "feature_version": self.meta.get("feature_version"),
             "updates": self.meta.get("updates", 0),
             "params_sha256": digest.hexdigest()[:16],
@@ -218,9 +219,11 @@ class CostModel:
         machine_id: str | None = None,
         anchor: Dataset | None = None,
         note: str = "",
+        threads: int | None = None,
     ) -> CostModel:
-        """Fine-tune from the current weights on `data` (measurements of `machine_id`; by
-        default the model's own machine) and, if given, `anchor`: unmeasured states labeled by
+        """Fine-tune from the current weights on `data` (measurements of `machine_id` at
+        `threads` per kernel; by default the model's own machine and thread count) and, if
+        given, `anchor`: unmeasured states labeled by
         a frozen model (see `regrounding`), which keep what the weights knew where the new
         rows say nothing. Returns the new model; its meta's `lineage` gains a step naming the
         machine, the rows and the prior weights."""
@@ -233,9 +236,11 @@ class CostModel:
             train_on, config, init=(self.graphdef, self.params), progress=progress
         )
         machine = machine_id or self.meta.get("machine_id", "")
+        threads = threads or self.meta.get("threads", 1)
         step = {
             "step": "update",
             "machine_id": machine,
+            "threads": threads,
             "rows": len(data),
             "programs": len(data.programs),
             "anchor_states": 0 if anchor is None else len(anchor),
@@ -246,6 +251,7 @@ class CostModel:
         meta = {
             **self.meta,
             "machine_id": machine,
+            "threads": threads,
             "updates": self.meta.get("updates", 0) + 1,
             "rows": self.meta["rows"] + len(data),
             "prior": self.meta.get("prior") or self.identity,

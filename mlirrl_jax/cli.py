@@ -136,8 +136,9 @@ def cmd_demo(args) -> int:
     from mlirrl_jax.agent.train import AgentConfig
     from mlirrl_jax.measure.fingerprint import machine_fingerprint
     from mlirrl_jax.measure.peak import fma_peak_gflops
+    from mlirrl_jax.optimize import adopt_agent_run
     from mlirrl_jax.regrounding import RegroundConfig, rounds
-    from mlirrl_jax.shipped import ADAPTED, SHIPPED_AGENT
+    from mlirrl_jax.shipped import SHIPPED_AGENT
     from mlirrl_jax.validation import Validation, ValidationConfig
 
     started = time.perf_counter()
@@ -171,8 +172,7 @@ def cmd_demo(args) -> int:
         regrounding=rounds(regrounding),
         init_agent=SHIPPED_AGENT if shipped else None,
     )
-    ADAPTED.mkdir(parents=True, exist_ok=True)
-    (ADAPTED / f"{here}.json").write_text(json.dumps({"run": str(run)}, indent=1))
+    adopt_agent_run(run, regrounding.threads)
     adapted_s = time.perf_counter() - started
     print(
         (run / "regrounding" / "rounds.md").read_text()
@@ -375,15 +375,23 @@ def cmd_train(args) -> int:
         if args.resume:
             raise ValueError("a resumed run keeps its surrogate: drop --surrogate")
         config = replace(config or AgentConfig(), surrogate=args.surrogate)
+    regrounding = _rounds(args)
     run_training(
         out,
         config,
         resume=args.resume,
         budget=budget,
-        regrounding=_rounds(args),
+        regrounding=regrounding,
         init_agent=args.init_agent,
     )
     print(f"run in {out.resolve()}: metrics.jsonl, learning_curve.png, summary.json, checkpoints/")
+    if args.adopt:
+        from mlirrl_jax.agent.agent import Agent
+        from mlirrl_jax.optimize import adopt_agent_run
+
+        threads = Agent.load(out).surrogate.threads
+        pointer = adopt_agent_run(out, threads)
+        print(f"this machine's agent at {threads} thread(s) is now this run's ({pointer})")
     return 0
 
 
@@ -429,6 +437,34 @@ def _validation_programs(args) -> list[Program]:
     return programs
 
 
+def _validation_runs(given: list[str], threads, default) -> dict[int, Path]:
+    """The agent run for each validation thread count. One --run: it for all. Several: each
+    thread count takes the run whose surrogate was adapted at that count, else the one at one
+    thread. None: this machine's adapted run at that count (`default(threads)`)."""
+    if not given:
+        return {t: default(t) for t in threads}
+    if len(given) == 1:
+        return dict.fromkeys(threads, Path(given[0]))
+    from mlirrl_jax.agent.checkpoint import load_meta
+
+    by_threads: dict[int, Path] = {}
+    for run in map(Path, given):
+        t = int(load_meta(run).get("surrogate", {}).get("threads", 1))
+        if t in by_threads:
+            raise ValueError(
+                f"--run {by_threads[t]} and --run {run} were both adapted at {t} thread(s): "
+                "give one run per thread count"
+            )
+        by_threads[t] = run
+    missing = [t for t in threads if t not in by_threads and 1 not in by_threads]
+    if missing:
+        raise ValueError(
+            f"no --run adapted at {missing} thread(s) (nor at one thread): the runs given are "
+            + ", ".join(f"{r} ({t} thread(s))" for t, r in sorted(by_threads.items()))
+        )
+    return {t: by_threads.get(t, by_threads.get(1)) for t in threads}
+
+
 def cmd_validate(args) -> int:
     from mlirrl_jax.host_devices import use_compilation_cache
 
@@ -438,14 +474,15 @@ def cmd_validate(args) -> int:
     from mlirrl_jax.optimize import check_program, default_agent_run
     from mlirrl_jax.validation import Validation, ValidationConfig
 
-    run = Path(args.run) if args.run else default_agent_run()
+    runs = _validation_runs(args.run or [], args.threads, default_agent_run)
     programs = _validation_programs(args)
     for program in programs:
         check_program(program)
+    first = runs[args.threads[0]]
     if args.out:
         out = Path(args.out)
-    elif "runs" in run.resolve().parts:
-        out = run
+    elif len(set(runs.values())) == 1 and "runs" in first.resolve().parts:
+        out = first
     else:
         out = Path(f"runs/validate-{time.strftime('%Y%m%d-%H%M%S')}")
     config = ValidationConfig(
@@ -459,13 +496,22 @@ def cmd_validate(args) -> int:
         mem_limit_mb=args.mem_limit,
         store=args.store,
     )
-    agent = Agent.load(run)
+    loaded = {run: Agent.load(run) for run in set(runs.values())}
+    agents = {t: loaded[run] for t, run in runs.items()}
+    for t, run in runs.items():
+        print(
+            f"at {t} thread(s): the agent {run} (surrogate of machine "
+            f"{agents[t].surrogate.machine_id or '-'} at {agents[t].surrogate.threads} "
+            "thread(s))",
+            file=sys.stderr,
+        )
     print(
-        f"validating the agent {run} on {len(programs)} programs at {list(config.threads)} "
-        f"thread(s), k = {config.budget}; report in {out}",
+        f"validating on {len(programs)} programs at {list(config.threads)} thread(s), "
+        f"k = {config.budget}; report in {out}",
         file=sys.stderr,
     )
-    validation = Validation(agent, programs, out, config, agent_run=str(run))
+    names = {t: str(run) for t, run in runs.items()}
+    validation = Validation(agents, programs, out, config, agent_run=names)
     rows = validation.run()
     peak = fma_peak_gflops()
     validation.report(rows, peak)
@@ -515,6 +561,7 @@ REGROUNDING_FLAGS = (
     "selection",
     "update",
     "store",
+    "threads",
 )
 
 
@@ -749,6 +796,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--surrogate", help="cost model folder, or 'analytic' (default: shipped)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
     p.add_argument(
+        "--adopt",
+        action="store_true",
+        help="when done, make this run this machine's default agent (optimize, validate) at the "
+        "thread count its surrogate was adapted to",
+    )
+    p.add_argument(
         "--init-agent",
         help="start from this run's policy (e.g. data/agent, the shipped agent; its config "
         "unless --config)",
@@ -772,6 +825,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ground.add_argument("--store", help="measurement store (data/measurements.db)")
     ground.add_argument(
+        "--threads",
+        type=POSITIVE_INT,
+        help="threads per measured kernel: the rounds adapt the surrogate and agent to it (1)",
+    )
+    ground.add_argument(
         "--regrounding-config", help="JSON file of RegroundConfig fields (flags override it)"
     )
     p.set_defaults(func=cmd_train)
@@ -781,7 +839,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="the agent's schedules against heuristic, random search and XLA, measured here",
     )
     p.add_argument("files", nargs="*", help="programs (default: --suite dl-v0 --split test)")
-    p.add_argument("--run", help="the agent's run (default: adapted to this machine, else shipped)")
+    p.add_argument(
+        "--run",
+        action="append",
+        help="the agent's run (default: adapted to this machine at each thread count, else "
+        "shipped); repeat it to give one run per thread count, each matched by the threads its "
+        "surrogate was adapted at",
+    )
     p.add_argument("--suite", help="built-in suite (default dl-v0)")
     p.add_argument("--split", choices=["train", "surrogate-validation", "test"], help="(test)")
     p.add_argument("--kind", help="only programs of these op kinds (comma-separated)")

@@ -10,6 +10,7 @@ transactions.
 
 from __future__ import annotations
 
+import os
 import queue
 import time
 from collections.abc import Callable, Iterator
@@ -149,9 +150,17 @@ def _measure_with(runner: Runner, task: Task, config: CollectConfig) -> Measurem
     )
 
 
+def local_workers(workers: int, threads: int) -> int:
+    """Kernels measured at once on this machine: at most `workers`, and no more than its
+    cores hold at `threads` each, so that no two measured kernels share a core."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(workers, (cores or 1) // threads))
+
+
 def _local_backend(config: CollectConfig) -> _Backend:
-    """Measurement worker processes on this machine."""
-    runners = [Runner(config.timeout_s, config.mem_limit_mb) for _ in range(config.workers)]
+    """Measurement worker processes on this machine (`local_workers` of them)."""
+    count = local_workers(config.workers, config.threads)
+    runners = [Runner(config.timeout_s, config.mem_limit_mb) for _ in range(count)]
     measurers = [lambda task, r=runner: _measure_with(r, task, config) for runner in runners]
     return _Backend(
         measurers, lambda: [r.close() for r in runners], lambda: [r.abort() for r in runners]

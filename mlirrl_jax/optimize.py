@@ -7,8 +7,9 @@ schedule's JSON (`schedule.json`), its Transform-dialect script (`transform.mlir
 transformed kernel (`transformed.mlir`), every measurement (`measurements.jsonl`) and
 `summary.json`.
 
-The agent is `--run`'s, else the one adapted to this machine (`data/adapted/<machine id>.json` names its run,
-written by `mlirrl-jax demo`), else the shipped one (`data/agent/`).
+The agent is `--run`'s, else the one adapted to this machine at the thread count
+(`data/adapted/<machine id>.json` names the runs, written by `mlirrl-jax demo` and by
+`train --adopt`), else the shipped one (`data/agent/`).
 """
 
 from __future__ import annotations
@@ -33,13 +34,16 @@ class OptimizeError(ValueError):
     """Input `optimize` cannot take (no agent, a program beyond the environment's limits)."""
 
 
-def default_agent_run() -> Path:
-    """The agent adapted to this machine if there is one, else the shipped agent."""
+def default_agent_run(threads: int = 1) -> Path:
+    """The agent adapted to this machine at `threads` (else at one thread) if there is one,
+    else the shipped agent."""
     pointer = ADAPTED / f"{machine_fingerprint()['machine_id']}.json"
     if pointer.is_file():
-        adapted = Path(json.loads(pointer.read_text())["run"])
-        if (adapted / "checkpoints").is_dir():
-            return adapted
+        recorded = json.loads(pointer.read_text())
+        per_threads = recorded.get("threads", {})
+        for run in (per_threads.get(str(threads)), per_threads.get("1"), recorded.get("run")):
+            if run and (Path(run) / "checkpoints").is_dir():
+                return Path(run)
     if (SHIPPED_AGENT / "checkpoints").is_dir():
         return SHIPPED_AGENT
     raise OptimizeError(
@@ -47,6 +51,23 @@ def default_agent_run() -> Path:
         f"({SHIPPED_AGENT}); train one with `mlirrl-jax train --out runs/NAME` and pass --run "
         "runs/NAME"
     )
+
+
+def adopt_agent_run(run: str | os.PathLike, threads: int = 1) -> Path:
+    """Make `run` this machine's adapted agent at `threads` (what `optimize` and `validate`
+    use by default); returns the pointer file (`data/adapted/<machine id>.json`)."""
+    pointer = ADAPTED / f"{machine_fingerprint()['machine_id']}.json"
+    recorded = json.loads(pointer.read_text()) if pointer.is_file() else {}
+    per_threads = recorded.get("threads", {})
+    if "run" in recorded:  # a pointer of one run: its agent is the one-thread one
+        per_threads.setdefault("1", recorded["run"])
+    per_threads[str(threads)] = str(Path(run).resolve())
+    recorded = {"run": per_threads.get("1", per_threads[str(threads)]), "threads": per_threads}
+    ADAPTED.mkdir(parents=True, exist_ok=True)
+    tmp = pointer.with_suffix(".tmp")
+    tmp.write_text(json.dumps(recorded, indent=1))
+    os.replace(tmp, pointer)
+    return pointer
 
 
 def check_program(program: Program) -> None:
@@ -77,7 +98,7 @@ def optimize(
         raise OptimizeError(f"--threads must be at least 1, got {threads}")
     program = load_program(str(path))
     check_program(program)
-    run = Path(run) if run else default_agent_run()
+    run = Path(run) if run else default_agent_run(threads)
     agent = Agent.load(run)
     say(
         f"{program.name}: {len(program.ops)} op(s), {program.flops / 1e6:.1f} MFLOP; agent {run} "

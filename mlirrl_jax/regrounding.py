@@ -112,6 +112,9 @@ class RegroundConfig:
     """Only programs of at most this many MFLOP are measured (a measurement's time)."""
     store: str = "data/measurements.db"
     """The measurement store; only this machine's rows are read and written."""
+    threads: int = 1
+    """Threads per measured kernel: the rounds measure, learn from and track only this
+    machine's rows at this thread count, so a run adapts its surrogate and agent to it."""
     workers: int = 2
     """Measurements in flight at once (each in its own worker process)."""
     timeout_s: float = 60.0
@@ -124,7 +127,7 @@ class RegroundConfig:
             raise ValueError(f"selection must be one of {SELECTIONS}, got {self.selection!r}")
         if self.update not in UPDATES:
             raise ValueError(f"update must be one of {UPDATES}, got {self.update!r}")
-        for name in ("iterations_per_round", "round_programs", "top_k", "workers"):
+        for name in ("iterations_per_round", "round_programs", "top_k", "workers", "threads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         for name in ("rounds", "real_budget", "track_programs", "heldout_programs"):
@@ -336,13 +339,17 @@ class Regrounding:
             data["predicted_speedup"],
         )
 
+    def _row(self, store: MeasurementStore, program_hash: str, schedule_hash: str):
+        """This machine's row of a schedule at the run's thread count, or None."""
+        return store.get(program_hash, schedule_hash, self.machine, self.config.threads)
+
     def _has_rows(self) -> set[str]:
         """Hashes of the pool's programs whose baseline this machine has measured."""
         with MeasurementStore(self.config.store) as store:
             return {
                 p.hash
                 for p in self.by_name.values()
-                if store.get(p.hash, Schedule().hash, self.machine) is not None
+                if self._row(store, p.hash, Schedule().hash) is not None
             }
 
     def _plan(self, round_: int, agent: Agent) -> list[Planned]:
@@ -373,7 +380,10 @@ class Regrounding:
         else:
             reward = evaluator.prepare(agent.surrogate.params)
             greedy = np.log([s[0].predicted_speedup for _, s in best(candidates)])
-            gain = greedy - evaluator.heuristic(reward)[[row_of[p.name] for p in candidates]]
+            gain = (
+                greedy
+                - evaluator.heuristic(reward, c.threads)[[row_of[p.name] for p in candidates]]
+            )
             picks = [candidates[i] for i in np.argsort(-gain, kind="stable")[: c.round_programs]]
         for program, scored in best(picks, c.top_k):
             planned += [Planned(program, s.schedule, "learn", s.predicted_speedup) for s in scored]
@@ -386,7 +396,9 @@ class Regrounding:
                 planned.append(
                     Planned(program, scored[0].schedule, "heldout", scored[0].predicted_speedup)
                 )
-                planned.append(Planned(program, heuristic_schedule(program), "heuristic"))
+                planned.append(
+                    Planned(program, heuristic_schedule(program, c.threads), "heuristic")
+                )
         for program in {p.program.name: p.program for p in planned}.values():
             planned.append(Planned(program, Schedule(), "baseline"))
         return self._within_budget(planned)
@@ -422,7 +434,7 @@ class Regrounding:
             new = {
                 (p.program.hash, p.schedule.hash)
                 for p in planned
-                if store.get(p.program.hash, p.schedule.hash, self.machine) is None
+                if self._row(store, p.program.hash, p.schedule.hash) is None
             }
         excess = len(new) - (self.config.real_budget - self.state["spent"])
         keys = [(p.program.hash, p.schedule.hash) for p in planned]
@@ -442,6 +454,7 @@ class Regrounding:
             store=Path(self.config.store),
             workers=self.config.workers,
             timeout_s=self.config.timeout_s,
+            threads=self.config.threads,
             method=TimingMethod(seed=self.config.seed),
             progress=self.progress,
         )
@@ -453,7 +466,7 @@ class Regrounding:
             todo = [
                 Task(p.program, p.schedule)
                 for p in unique
-                if store.get(p.program.hash, p.schedule.hash, self.machine) is None
+                if self._row(store, p.program.hash, p.schedule.hash) is None
             ]
             report = CollectReport()
             if not todo:
@@ -483,6 +496,7 @@ class Regrounding:
                 return load_dataset(
                     store,
                     self.machine,
+                    threads=self.config.threads,
                     programs={p.hash for p in programs},
                     table_programs=self.programs,
                 )
@@ -522,6 +536,7 @@ class Regrounding:
                 data,
                 c.update_epochs,
                 machine_id=self.machine,
+                threads=c.threads,
                 anchor=anchor,
                 note=f"re-grounding round {round_}",
             )
@@ -559,7 +574,7 @@ class Regrounding:
         with MeasurementStore(self.config.store) as store:
 
             def time_of(p: Program, s: Schedule) -> float | None:
-                r = store.get(p.hash, s.hash, self.machine)
+                r = self._row(store, p.hash, s.hash)
                 return r["median_s"] if r and r["status"] == "ok" else None
 
             points = []

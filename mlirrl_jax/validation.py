@@ -126,7 +126,7 @@ def plan(agent: Agent, programs: list[Program], config: ValidationConfig) -> lis
     greedy = agent.scored_schedules(programs, n=1, evaluator=evaluator, seed=config.seed)
     topk = agent.scored_schedules(programs, n=k, evaluator=evaluator, seed=config.seed)
     reward_params = evaluator.prepare(agent.surrogate.params)
-    heuristic = np.exp(evaluator.heuristic(reward_params))
+    heuristic = np.exp(evaluator.heuristic(reward_params, agent.surrogate.threads))
     draws = _random_draws(agent, evaluator, reward_params, programs, config)
     plans = []
     for i, program in enumerate(programs):
@@ -278,13 +278,15 @@ class Validation:
 
     def __init__(
         self,
-        agent: Agent,
+        agent: Agent | dict[int, Agent],
         programs: list[Program],
         out: str | os.PathLike,
         config: ValidationConfig | None = None,
-        agent_run: str | None = None,
+        agent_run: str | dict[int, str] | None = None,
         progress: bool = True,
     ):
+        """`agent`: one agent for every thread count, or one per thread count (for example
+        each adapted to this machine at its thread count); `agent_run` names them alike."""
         if not programs:
             raise ValidationError("no programs to validate")
         names = [p.name for p in programs]
@@ -292,9 +294,17 @@ class Validation:
             raise ValidationError(
                 f"programs repeat: {sorted(n for n in names if names.count(n) > 1)}"
             )
-        self.agent, self.programs = agent, programs
         self.config = config or ValidationConfig()
-        self.out, self.agent_run, self.progress = Path(out), agent_run, progress
+        threads = self.config.threads
+        self.agents = agent if isinstance(agent, dict) else dict.fromkeys(threads, agent)
+        missing = [t for t in threads if t not in self.agents]
+        if missing:
+            raise ValidationError(f"no agent for {missing} thread(s)")
+        self.agent_runs = (
+            agent_run if isinstance(agent_run, dict) else dict.fromkeys(threads, agent_run)
+        )
+        self.programs = programs
+        self.out, self.progress = Path(out), progress
         self.machine = machine_fingerprint()["machine_id"]
         self.rows_path = self.out / "validation.jsonl"
         self.out.mkdir(parents=True, exist_ok=True)
@@ -303,7 +313,7 @@ class Validation:
             "config": {**asdict(self.config), "threads": list(self.config.threads)},
             "machine_id": self.machine,
             "programs": names,
-            "agent": agent_run,
+            "agent": _per_threads(self.agent_runs, threads),
         }
         if settings.is_file():
             before = json.loads(settings.read_text())
@@ -338,7 +348,10 @@ class Validation:
         say = (lambda text: print(text, file=sys.stderr, flush=True)) if self.progress else None
         if say:
             say(f"choosing schedules of {len(todo)} programs (agent, random, surrogate-ranked)")
-        plans = plan(self.agent, todo, self.config)
+        plans: dict[int, list[Plan]] = {}  # per thread count; one plan per distinct agent
+        for t in self.config.threads:
+            same = [u for u in plans if self.agents[u] is self.agents[t]]
+            plans[t] = plans[same[0]] if same else plan(self.agents[t], todo, self.config)
         if say:
             say(f"  chosen in {time.perf_counter() - started:.0f} s; measuring on {self.machine}")
         store = None
@@ -348,7 +361,10 @@ class Validation:
             store = MeasurementStore(self.config.store)
             store.add_programs(todo)
         jobs = [
-            (p, t) for p in plans for t in self.config.threads if (p.program.name, t) not in have
+            (plans[t][i], t)
+            for i, p in enumerate(todo)
+            for t in self.config.threads
+            if (p.name, t) not in have
         ]
         bar = tqdm(total=len(jobs), desc="validation", unit="run", disable=not self.progress)
         try:
@@ -383,8 +399,12 @@ class Validation:
         rows = self.done() if rows is None else rows
         summary = summarize(rows, self.config, peak_gflops)
         summary["machine_id"] = self.machine
-        summary["agent"] = self.agent_run
-        summary["surrogate_machine"] = self.agent.surrogate.machine_id
+        threads = self.config.threads
+        summary["agent"] = _per_threads(self.agent_runs, threads)
+        summary["surrogate_machine"] = _per_threads(
+            {t: a.surrogate.machine_id for t, a in self.agents.items()}, threads
+        )
+        summary["surrogate_threads"] = {str(t): self.agents[t].surrogate.threads for t in threads}
         paths = save_schedules(rows, self.out / "validation" / "schedules")
         text = format_validation(rows, summary, self.config, paths)
         (self.out / "validation.md").write_text(text + "\n")
@@ -393,6 +413,12 @@ class Validation:
         )
         save_validation_plots(rows, self.out)
         return summary
+
+
+def _per_threads(values: dict, threads) -> object:
+    """One value if every thread count has the same, else {"threads": value}."""
+    distinct = {json.dumps(values[t], default=str) for t in threads}
+    return values[threads[0]] if len(distinct) == 1 else {str(t): values[t] for t in threads}
 
 
 def speedups(row: dict) -> dict[str, float | None]:
@@ -521,6 +547,24 @@ def _f(value, fmt: str) -> str:
     return format(value, fmt)
 
 
+def _agents_line(summary: dict) -> str:
+    """Which agent (run, its surrogate's machine and threads) each thread count used."""
+    agent, machine = summary.get("agent"), summary.get("surrogate_machine")
+    threads = summary.get("surrogate_threads") or {}
+    if not isinstance(agent, dict) and not isinstance(machine, dict):
+        adapted = sorted(set(threads.values())) or [1]
+        return (
+            f"`{agent}` (surrogate of machine {machine}, fitted at "
+            f"{'/'.join(map(str, adapted))} thread(s)) at every thread count"
+        )
+    parts = []
+    for t in threads or {}:
+        run = agent.get(t) if isinstance(agent, dict) else agent
+        m = machine.get(t) if isinstance(machine, dict) else machine
+        parts.append(f"{t} thread(s): `{run}` (surrogate of machine {m} at {threads[t]})")
+    return "; ".join(parts)
+
+
 def format_validation(rows: list[dict], summary: dict, config: ValidationConfig, paths) -> str:
     """Markdown: per thread count, each program's speedups per method, then the geomeans,
     the agent against the baselines, per op kind against XLA, and replay commands."""
@@ -528,7 +572,7 @@ def format_validation(rows: list[dict], summary: dict, config: ValidationConfig,
     lines = [
         f"# Validation on machine {summary.get('machine_id')}",
         "",
-        f"Agent: `{summary.get('agent')}` (surrogate of machine {summary.get('surrogate_machine')}). "
+        f"Agent: {_agents_line(summary)}. "
         f"k = {k}: the agent's top-k, random search with k and {k * config.random_factor} real "
         f"measurements, the surrogate's top-k of {config.guided_samples} random schedules. Speedups "
         "are over the unscheduled program measured in the same run (one thread); every kernel "
@@ -575,7 +619,8 @@ def format_validation(rows: list[dict], summary: dict, config: ValidationConfig,
             f"agent top-{k} / heuristic: {_f(entry['agent_topk_over_heuristic'], '.3f')} "
             "(geomeans over the programs where both verified).",
             "",
-            "Surrogate's predicted speedup (one thread) against real, best schedules: "
+            f"Surrogate's predicted speedup (its rows' threads: "
+            f"{summary.get('surrogate_threads', {}).get(threads, 1)}) against real, best schedules: "
             + "; ".join(
                 f"{LABELS[n]} predicted {m[n]['predicted_geomean']:.2f}x, real "
                 f"{m[n]['real_geomean_predicted_programs']:.2f}x, MAPE {m[n]['prediction_mape']:.0%}"

@@ -1,5 +1,6 @@
-"""Re-grounding with a real store and real measurements: a small run of two rounds, killed
-with SIGKILL in the middle of its first round's measurements and resumed."""
+"""Re-grounding with a real store and real measurements: a small run of two rounds at two
+threads per kernel, killed with SIGKILL in the middle of its first round's measurements and
+resumed."""
 
 import json
 import os
@@ -48,6 +49,7 @@ ROUNDS = dict(
     max_mflops=0.25,  # element-wise ops and small pools: quick to compile and run
     update_epochs=20,
     timeout_s=60.0,
+    threads=2,  # the run adapts to two-thread kernels: every row it reads and writes is one
 )
 
 
@@ -107,6 +109,7 @@ def test_a_round_stores_exactly_what_it_measured_and_nothing_twice(run):
         assert store.machines() == {here}
     stored = {(r["program_hash"], r["schedule_hash"]) for r in rows}
     assert stored == spent  # every measurement the run made is stored, and nothing else
+    assert {r["threads"] for r in rows} == {2}
     assert all(r["n_measured"] == 1 for r in rows)  # nothing measured twice across the kill
     assert len(spent) <= ROUNDS["real_budget"]
     state = json.loads((folder / "state.json").read_text())
@@ -130,7 +133,7 @@ def test_the_update_lowers_the_error_on_the_rounds_schedules(run):
     prior = CostModel.load(SHIPPED_SURROGATE)
     updated = CostModel.load(folder / "round-1" / "surrogate")
     with MeasurementStore(run["store"]) as store:
-        data = load_dataset(store, here, programs=hashes)
+        data = load_dataset(store, here, threads=2, programs=hashes)
     errors = [
         np.mean(np.abs(predict_dataset(model, data) - data.log_time)) for model in (prior, updated)
     ]
@@ -140,6 +143,7 @@ def test_the_update_lowers_the_error_on_the_rounds_schedules(run):
     step = updated.lineage[-1]
     assert step["step"] == "update" and step["machine_id"] == here and step["rows"] > 0
     assert updated.meta["machine_id"] == here
+    assert step["threads"] == 2 and updated.identity["threads"] == 2
 
 
 def test_timing_and_jax_work_never_overlap(run):
@@ -160,6 +164,18 @@ def test_the_resumed_agent_loads_with_its_own_surrogate(run):
     own = run["out"] / "regrounding" / "round-2" / "surrogate"
     assert Path(agent.surrogate.path) == own.resolve()
     assert agent.surrogate.machine_id == machine_fingerprint()["machine_id"]
+    assert agent.surrogate.threads == 2
+
+
+def test_the_rounds_heuristic_is_the_one_of_their_thread_count(run):
+    from mlirrl_jax.heuristics import heuristic_schedule
+    from mlirrl_jax.programs.ir import load_program
+
+    planned = json.loads((run["out"] / "regrounding" / "round-1" / "tasks.json").read_text())
+    heuristic = [t for t in planned if t["role"] == "heuristic"]
+    assert heuristic
+    for t in heuristic:
+        assert t["schedule_hash"] == heuristic_schedule(load_program(t["program"]), 2).hash
 
 
 def test_regrounding_settings_are_checked():

@@ -65,7 +65,7 @@ def test_validation_measures_every_method_on_every_program(validated):
     assert {"matmul", "matmul_bias_relu"} <= set(entry["by_kind"]) or entry["by_kind"]
     text = (out / "validation.md").read_text()
     assert "agent top-k" in text and "XLA:CPU" in text and "mlirrl-jax measure" in text
-    assert "predicted speedup (one thread) against real" in text
+    assert "predicted speedup (its rows' threads: 1) against real" in text
     for plot in ("validation_speedups.png", "validation_cdf.png", "validation_predicted.png"):
         assert (out / plot).stat().st_size > 0
     saved = json.loads((out / "validation.json").read_text())
@@ -102,6 +102,41 @@ def test_validation_goes_on_where_it_stopped_and_stores_its_measurements(validat
         assert store.count() == sum(r["kernel_measurements"] for r in rows)
     with pytest.raises(ValidationError, match="other settings"):
         Validation(agent, v.programs, out, ValidationConfig(**{**SMALL, "budget": 3}))
+
+
+def test_each_thread_count_takes_the_agent_adapted_to_it(tmp_path, monkeypatch, agent, matmul):
+    from mlirrl_jax import optimize
+    from mlirrl_jax.cli import _validation_runs
+    from mlirrl_jax.validation import Validation, ValidationConfig, ValidationError, _agents_line
+
+    monkeypatch.setattr(optimize, "ADAPTED", tmp_path / "adapted")
+    assert optimize.default_agent_run(2) == SHIPPED_AGENT  # nothing adapted here yet
+    one, two = tmp_path / "one", tmp_path / "two"
+    for run in (one, two):
+        (run / "checkpoints").mkdir(parents=True)
+    optimize.adopt_agent_run(one, 1)
+    assert optimize.default_agent_run(2) == one.resolve()  # none at two: the one-thread one
+    optimize.adopt_agent_run(two, 2)
+    assert optimize.default_agent_run(1) == one.resolve()
+    assert optimize.default_agent_run(2) == two.resolve()
+    runs = _validation_runs([], (1, 2), optimize.default_agent_run)
+    assert runs == {1: one.resolve(), 2: two.resolve()}
+    assert _validation_runs([str(one)], (1, 2), None) == {1: one, 2: one}
+    with pytest.raises(ValueError, match="both adapted at 1 thread"):
+        _validation_runs([str(SHIPPED_AGENT), str(SHIPPED_AGENT)], (1, 2), None)
+    with pytest.raises(ValidationError, match=r"no agent for \[1\] thread"):
+        Validation({2: agent}, [matmul], tmp_path / "v", ValidationConfig(**SMALL))
+    line = _agents_line(
+        {
+            "agent": {"1": "runs/a", "2": "runs/b"},
+            "surrogate_machine": "m",
+            "surrogate_threads": {"1": 1, "2": 2},
+        }
+    )
+    assert (
+        "1 thread(s): `runs/a`" in line
+        and "2 thread(s): `runs/b` (surrogate of machine m at 2)" in line
+    )
 
 
 def test_validation_refuses_bad_settings():

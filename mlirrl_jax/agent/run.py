@@ -118,7 +118,7 @@ def _baselines(out: Path, evaluator: Evaluator, reward_params, surrogate, config
         saved = json.loads(path.read_text())
         if saved.get("surrogate") == surrogate.identity:
             return saved
-    heuristic = evaluator.heuristic(reward_params)
+    heuristic = evaluator.heuristic(reward_params, surrogate.threads)
     random_best = evaluator.random_best(
         reward_params, config.eval_random_schedules, jax.random.PRNGKey(config.seed)
     )

@@ -30,6 +30,11 @@ class Surrogate:
     def machine_id(self) -> str:
         return self.identity.get("machine_id", "")
 
+    @property
+    def threads(self) -> int:
+        """The threads per kernel of the rows it was last fitted or updated on."""
+        return int(self.identity.get("threads", 1))
+
 
 def load_surrogate(spec: str = "") -> Surrogate:
     """`spec`: "" (the shipped surrogate), "analytic", or a saved cost model's folder."""
