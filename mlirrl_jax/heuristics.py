@@ -4,16 +4,26 @@ Per op: an optional cache-level tiling, then a register tile whose innermost loo
 that walks the output's contiguous dimension (the vector lanes), a few rows of the next output
 dimension, every other loop at 1 (and a sliding window's output row and window row at 1, so the
 op decomposes to a 1-D convolution), then vectorization.
+
+Version 2 (the default) sizes the register tile from this machine's vector width (two vector
+registers of lanes, as many rows as half its registers hold) and lets a tile leave a partial
+last one (peeled, so every copy vectorizes at static shapes) where no multiple of the vector
+width divides the extent. Version 1, the earlier rule (32 lanes, 8 rows, divisors only), stays
+for comparison.
 """
 
 from __future__ import annotations
 
+import math
+
+from mlirrl_jax.measure.fingerprint import vector_lanes
 from mlirrl_jax.programs.ir import LinalgOp, Program
 from mlirrl_jax.schedule import DECOMPOSE, TILE, TILE_PARALLEL, VECTORIZE, Schedule, Transform
 from mlirrl_jax.transform import window_loops
 
-VECTOR_LANES = 32  # two AVX-512 registers of f32, four of AVX2; the vectorizer splits wider
-ROWS = 8  # rows of the register tile: ROWS x VECTOR_LANES accumulators stay in registers
+VERSIONS = (1, 2)
+VECTOR_LANES = 32  # version 1: two AVX-512 registers of f32, four of AVX2
+ROWS = 8  # version 1: rows of the register tile
 CACHE_TILE = 64
 
 
@@ -32,7 +42,38 @@ def _output_loops(op: LinalgOp) -> list[int]:
     return loops
 
 
-def register_tile(op: LinalgOp) -> tuple[int, ...]:
+def lanes_tile(extent: int, lanes: int) -> int:
+    """The register tile of the vector-lanes loop: whole vectors of `lanes`, two at most; a
+    multiple of `lanes` that divides the extent if there is one, else the one (2 or 1 vectors)
+    whose partial last tile wastes the least; an extent under one vector stays whole."""
+    if extent <= lanes:
+        return extent
+    widths = [w for w in (2 * lanes, lanes) if w <= extent]
+    dividing = [w for w in widths if extent % w == 0]
+    if dividing:
+        return dividing[0]
+    return min(widths, key=lambda w: (math.ceil(extent / w) * w - extent) / w)
+
+
+def rows_tile(extent: int, rows: int) -> int:
+    """The register tile of the rows loop: `rows`, or a divisor of at least half of it, else
+    `rows` with a partial last tile; an extent under `rows` stays whole."""
+    if extent <= rows:
+        return extent
+    divisor = largest_divisor(extent, rows)
+    return divisor if 2 * divisor >= rows else rows
+
+
+def machine_tile_shape(machine: dict | None = None) -> tuple[int, int]:
+    """(lanes, rows) of version 2's register tile on `machine` (a `machine_fingerprint()`;
+    default this one): two vector registers of f32 lanes, and rows so that the accumulators
+    fill half the vector registers (32 with AVX-512, 16 before it)."""
+    lanes = vector_lanes(machine=machine)
+    registers = 32 if lanes >= 16 else 16
+    return 2 * lanes, max(1, registers // 2 // 2)
+
+
+def register_tile(op: LinalgOp, version: int = 2, machine: dict | None = None) -> tuple[int, ...]:
     """Tile sizes (per loop) of the innermost level, the one that gets vectorized."""
     sizes = [1] * op.n_loops
     out_loops = _output_loops(op)
@@ -40,11 +81,16 @@ def register_tile(op: LinalgOp) -> tuple[int, ...]:
     window_rows = {o for o, _ in windows[:1]}
     candidates = [i for i in out_loops if i not in window_rows]
     if candidates:
-        lanes = candidates[-1]
-        sizes[lanes] = largest_divisor(op.loops[lanes].extent, VECTOR_LANES)
-        if len(candidates) > 1:
-            rows = candidates[-2]
-            sizes[rows] = largest_divisor(op.loops[rows].extent, ROWS)
+        lanes, rows = candidates[-1], candidates[-2] if len(candidates) > 1 else None
+        if version == 1:
+            sizes[lanes] = largest_divisor(op.loops[lanes].extent, VECTOR_LANES)
+            if rows is not None:
+                sizes[rows] = largest_divisor(op.loops[rows].extent, ROWS)
+        else:
+            width, height = machine_tile_shape(machine)
+            sizes[lanes] = lanes_tile(op.loops[lanes].extent, width // 2)
+            if rows is not None:
+                sizes[rows] = rows_tile(op.loops[rows].extent, height)
     return tuple(sizes)
 
 
@@ -72,9 +118,11 @@ def parallel_tile(op: LinalgOp, threads: int, reg: tuple[int, ...]) -> tuple[int
     return None
 
 
-def op_schedule(op: LinalgOp, threads: int = 1) -> list[Transform]:
+def op_schedule(
+    op: LinalgOp, threads: int = 1, version: int = 2, machine: dict | None = None
+) -> list[Transform]:
     """The heuristic transformations of one op."""
-    reg = register_tile(op)
+    reg = register_tile(op, version, machine)
     steps = []
     if threads > 1:
         split = parallel_tile(op, threads, reg)
@@ -90,12 +138,21 @@ def op_schedule(op: LinalgOp, threads: int = 1) -> list[Transform]:
     return steps
 
 
-def heuristic_schedule(program: Program, threads: int = 1) -> Schedule:
-    """A schedule for every op but fills, consumers first.
+def heuristic_schedule(
+    program: Program, threads: int = 1, version: int = 2, machine: dict | None = None
+) -> Schedule:
+    """A schedule for every op but fills, consumers first (`version`: see the module), for
+    `machine` (a `machine_fingerprint()`; default this one).
 
     Fills stay as they are: LLVM already turns the plain fill loop into vector stores, and a
     tiled, vectorized fill costs LLVM ten times the compile time of the matmul it feeds.
     """
+    if version not in VERSIONS:
+        raise ValueError(f"heuristic version must be one of {VERSIONS}, got {version!r}")
     return Schedule.of(
-        [(op.id, op_schedule(op, threads)) for op in reversed(program.ops) if op.kind != "fill"]
+        [
+            (op.id, op_schedule(op, threads, version, machine))
+            for op in reversed(program.ops)
+            if op.kind != "fill"
+        ]
     )

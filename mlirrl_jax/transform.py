@@ -24,12 +24,15 @@ from mlirrl_jax.schedule import (
 )
 
 ANY = "!transform.any_op"
+FOR = '!transform.op<"scf.for">'
 
 # Patterns that make vectorized code fast, in stages: first fold transfers and turn reductions
 # into contractions, then lower contractions to outer products, then outer products to FMAs.
 # One combined pattern set leaves separate mul/add chains (about 1.5x slower matmuls here).
 _VECTOR_STAGES = (
     (
+        # a masked transfer (a partial tile's) becomes one transfer with a mask operand
+        "transform.apply_patterns.vector.lower_masked_transfers",
         "transform.apply_patterns.vector.transfer_permutation_patterns",
         "transform.apply_patterns.vector.reduction_to_contract",
     ),
@@ -72,6 +75,13 @@ class _OpState:
     loops: list[str] = field(default_factory=list)  # scf.for handles, outermost first
     in_forall: bool = False
     generalized: bool = False
+    # original loops a forall split by a size that does not divide them: its last chunk is
+    # partial, so the op's shapes are dynamic and vectorization masks them to the tile's size
+    partial: set[int] = field(default_factory=set)
+    # scf.for loops whose step does not divide their range, innermost last: peeled once the
+    # op's tiling is done, so that every copy of the op has static shapes
+    to_peel: list[str] = field(default_factory=list)
+    ragged: set[int] = field(default_factory=set)  # original loops with a partial tile
 
 
 class _Builder:
@@ -121,7 +131,63 @@ class _Builder:
         state.handle = tiled
         state.loops += loops
         self.loops_in_order += loops
+        tiled_loops = [i for i, size in zip(state.order, current) if size]
+        for loop, i in zip(loops, tiled_loops):
+            # a loop over a partial tile of an outer level has a dynamic range: peeled too
+            if state.extents[i] % sizes[i] or i in state.ragged:
+                state.to_peel.append(loop)
+                state.ragged.add(i)
         self._shrink(state, sizes)
+
+    def peel(self, op: LinalgOp, state: _OpState) -> None:
+        """Split each partial scf.for into its whole tiles and the last, partial one, then
+        take every copy of the op: their shapes are static, so they vectorize unmasked.
+
+        Peeling invalidates the handles of the loops nested in a peeled one; the copies' loops
+        are found again from the copies, innermost first, for the hoisting at the end."""
+        if not state.to_peel:
+            return
+        for loop in reversed(state.to_peel):  # innermost first
+            typed, each = self.fresh("for"), self.fresh("each")
+            self.emit(f"{typed} = transform.cast {loop} : {ANY} to {FOR}")
+            # in a foreach, the peeled halves' handles end with its body: canonicalization
+            # below folds the one-iteration remainders, which a live handle would forbid
+            self.emit(f"transform.foreach {typed} : {FOR} {{")
+            self.emit(f"^bb0({each}: {FOR}):")
+            self.emit(
+                f"  {self.fresh('main')}, {self.fresh('rest')} = transform.loop.peel {each}"
+                f" : ({FOR}) -> ({ANY}, {ANY})"
+            )
+            self.emit("}")
+        func = self.fresh("func")
+        self.emit(
+            f'{func} = transform.structured.match ops{{["func.func"]}} in %root : ({ANY}) -> {ANY}'
+        )
+        # the bounds peeling made constant become static slice shapes
+        self.emit(f"transform.apply_patterns to {func} {{")
+        self.emit("  transform.apply_patterns.canonicalization")
+        self.emit(f"}} : {ANY}")
+        copies = self.fresh("copies")
+        self.emit(
+            f"{copies} = transform.structured.match attributes {{{OP_ID_ATTR} = {op.id} : i64}}"
+            f" in %root : ({ANY}) -> {ANY}"
+        )
+        first = state.loops.index(state.to_peel[0])
+        gone = state.loops[first:]  # the outermost peeled loop and every loop inside it
+        found, below = [], copies
+        for _ in gone:
+            parent = self.fresh("loop")
+            self.emit(
+                f'{parent} = transform.get_parent_op {below} {{allow_empty_results, op_name = "scf.for",'
+                f" deduplicate}} : ({ANY}) -> {ANY}"
+            )
+            found.insert(0, parent)
+            below = parent
+        at = self.loops_in_order.index(gone[0])
+        self.loops_in_order[at : at + len(gone)] = found
+        state.loops[first:] = found
+        state.handle = copies
+        state.to_peel = []
 
     def tile_forall(self, op: LinalgOp, state: _OpState, sizes: tuple[int, ...], what: str) -> str:
         current = self.current_sizes(op, state, sizes, what)
@@ -139,7 +205,7 @@ class _Builder:
         )
         state.handle = tiled
         state.in_forall = True
-        self._shrink(state, sizes)
+        self._shrink(state, sizes, forall=True)
         return forall
 
     def fuse_producers(self, op: LinalgOp, forall: str) -> None:
@@ -159,6 +225,8 @@ class _Builder:
             for loop, consumer_loop in enumerate(self.program.fusion_loop_map(producer_id)):
                 if consumer_loop >= 0:
                     state.extents[loop] = min(state.extents[loop], consumer.extents[consumer_loop])
+                    if consumer_loop in consumer.partial:
+                        state.partial.add(loop)
 
     def interchange(self, op: LinalgOp, state: _OpState, permutation: tuple[int, ...]) -> None:
         if sorted(permutation) != sorted(state.order):
@@ -180,6 +248,12 @@ class _Builder:
         )
         state.handle = swapped
         state.order = list(permutation)
+        # generalizing drops the op's tag; put it back, so that its copies can be found
+        tag = self.fresh("tag")
+        self.emit(f"{tag} = transform.param.constant {op.id} : i64 -> !transform.param<i64>")
+        self.emit(
+            f'transform.annotate {swapped} "{OP_ID_ATTR}" = {tag} : {ANY}, !transform.param<i64>'
+        )
 
     def decompose(self, op: LinalgOp, state: _OpState) -> None:
         pairs = [(o, w) for o, w in window_loops(op) if o in state.order and w in state.order]
@@ -198,13 +272,19 @@ class _Builder:
         state.order = [i for i in state.order if i not in (out_loop, window_loop)]
 
     def vectorize(self, state: _OpState) -> None:
-        self.emit(f"transform.structured.vectorize {state.handle} : {ANY}")
+        if state.partial & set(state.order):  # dynamic shapes: masked, at the full tile's size
+            sizes = [state.extents[i] for i in state.order]
+            self.emit(f"transform.structured.vectorize {state.handle} vector_sizes {sizes} : {ANY}")
+        else:
+            self.emit(f"transform.structured.vectorize {state.handle} : {ANY}")
         self.vectorized = True
 
-    def _shrink(self, state: _OpState, sizes: tuple[int, ...]) -> None:
+    def _shrink(self, state: _OpState, sizes: tuple[int, ...], forall: bool = False) -> None:
         for i in state.order:
-            if sizes[i]:
-                state.extents[i] = min(sizes[i], state.extents[i])
+            if sizes[i] and sizes[i] < state.extents[i]:
+                if forall and state.extents[i] % sizes[i]:
+                    state.partial.add(i)  # a forall's last chunk: not peeled, so masked
+                state.extents[i] = sizes[i]
 
     def apply(self, schedule: Schedule) -> str:
         known = {op.id: op for op in self.program.ops}
@@ -224,9 +304,12 @@ class _Builder:
                 elif step.kind == INTERCHANGE:
                     self.interchange(op, state, step.permutation)
                 elif step.kind == DECOMPOSE:
+                    self.peel(op, state)
                     self.decompose(op, state)
                 elif step.kind == VECTORIZE:
+                    self.peel(op, state)
                     self.vectorize(state)
+            self.peel(op, state)
         if self.vectorized:
             func = self.fresh("func")
             self.emit(

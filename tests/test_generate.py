@@ -375,7 +375,7 @@ def test_cnn_stage_shapes_suite_is_pinned_and_disjoint() -> None:
 def test_get_and_errors() -> None:
     entry = suites.suite()[0]
     assert suites.get(entry.uri) is entry
-    assert suites.list_suites() == ["dl-v0", "shapes-v0", "shapes-v1", "shapes-v2"]
+    assert suites.list_suites() == ["dl-v0", "shapes-v0", "shapes-v1", "shapes-v2", "awkward-v0"]
     with pytest.raises(suites.UnknownProgramError) as err:
         suites.get(entry.uri + "0")
     assert isinstance(err.value, KeyError)
@@ -386,3 +386,24 @@ def test_get_and_errors() -> None:
         suites.suite("dl-v9")
     with pytest.raises(ValueError, match="split must be"):
         suites.split("dl-v0", "validation")
+
+
+def test_the_awkward_suite_covers_its_extents_and_kinds_at_two_batch_sizes() -> None:
+    from mlirrl_jax.programs.ir import parse_program
+
+    entries = suites.suite("awkward-v0")
+    assert all(e.split == "test" for e in entries)
+    kinds = {e.kind for e in entries}
+    assert {"matmul", "conv2d_nhwc", "conv2d_nchw", "depthwise", "pool_max", "add", "relu"} <= kinds
+    extents = set()
+    for e in entries:
+        program = parse_program(e.text, e.uri)
+        extents |= {loop.extent for op in program.ops for loop in op.loops}
+    assert {7, 13, 14, 26, 27, 28, 54, 56, 112, 147} <= extents
+    for kind in kinds - {"matmul"}:  # batch 1 and batch 32
+        batches = {
+            e.spec.shape[0] if hasattr(e.spec, "shape") else e.spec.n
+            for e in entries
+            if e.kind == kind
+        }
+        assert {1, 32} <= batches, (kind, batches)

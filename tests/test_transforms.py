@@ -99,6 +99,69 @@ def fused(program: Program) -> Schedule:
     return Schedule.of([(last.id, [Transform(TILE_FUSE, tuple(sizes))])])
 
 
+def _lanes(op, reg) -> int:
+    """The register tile's widest loop (its vector lanes)."""
+    return max(range(op.n_loops), key=lambda i: (reg[i], i))
+
+
+def partial_tiles(program: Program) -> Schedule:
+    """Tiles that do not divide their loops, at two levels (the lanes loop at extent - 1,
+    then about half of that), so both levels leave partial tiles to peel; then decomposition
+    and vectorization at static shapes."""
+    per_op = []
+    for op in program.ops[::-1]:
+        reg = list(register_tile(op, version=1))
+        lanes, steps = _lanes(op, reg), []
+        extent = op.loops[lanes].extent
+        if extent >= 4:
+            outer = [0] * op.n_loops
+            outer[lanes] = extent - 1
+            steps.append(Transform(TILE, tuple(outer)))
+            reg[lanes] = (extent - 1) // 2 + 1
+        steps.append(Transform(TILE, tuple(reg)))
+        if window_loops(op):
+            steps.append(Transform(DECOMPOSE))
+        steps.append(Transform(VECTORIZE))
+        per_op.append((op.id, steps))
+    return Schedule.of(per_op)
+
+
+def interchanged_partial(program: Program) -> Schedule:
+    """Swap the two outermost loops (the op is generalized), then a partial register tile."""
+    per_op = []
+    for op in program.ops[::-1]:
+        if window_loops(op) or op.n_loops < 2:
+            continue
+        reg = list(register_tile(op, version=1))
+        lanes = _lanes(op, reg)
+        if op.loops[lanes].extent >= 3:
+            reg[lanes] = op.loops[lanes].extent // 2 + 1
+        swap = Transform(INTERCHANGE, permutation=(1, 0, *range(2, op.n_loops)))
+        per_op.append((op.id, [swap, Transform(TILE, tuple(reg)), Transform(VECTORIZE)]))
+    return Schedule.of(per_op)
+
+
+def parallel_partial(program: Program) -> Schedule:
+    """A forall whose last chunk is partial (not peelable: the op vectorizes masked), for ops
+    without a sliding window (their 1-D convolutions do not vectorize masked)."""
+    per_op = []
+    for op in program.ops[::-1]:
+        if window_loops(op):
+            continue
+        first = next(
+            (i for i, lp in enumerate(op.loops) if lp.iterator == "parallel" and lp.extent >= 3),
+            None,
+        )
+        if first is None:
+            continue
+        split = [0] * op.n_loops
+        split[first] = op.loops[first].extent // 2 + 1
+        reg = register_tile(op, version=1)
+        steps = [Transform(TILE_PARALLEL, tuple(split)), Transform(TILE, reg), Transform(VECTORIZE)]
+        per_op.append((op.id, steps))
+    return Schedule.of(per_op)
+
+
 VARIANTS = {
     "tile": tiled,
     "tile_parallel": parallel,
@@ -106,6 +169,10 @@ VARIANTS = {
     "interchange_vectorize": interchanged_vectorized,
     "tile_fuse": fused,
     "heuristic": heuristic_schedule,
+    "heuristic_v1": lambda program: heuristic_schedule(program, version=1),
+    "partial_tiles": partial_tiles,
+    "interchanged_partial": interchanged_partial,
+    "parallel_partial": parallel_partial,
 }
 
 
@@ -119,7 +186,9 @@ def programs():
 def test_transformation_compiles_and_verifies(runner, programs, name, variant):
     program = programs[name]
     schedule = VARIANTS[variant](program)
-    threads = 2 if variant == "tile_parallel" else 1
+    threads = 2 if variant in ("tile_parallel", "parallel_partial") else 1
+    if not schedule.ops:
+        pytest.skip(f"{variant} has nothing to do on {name}")
     m = runner.measure(program, schedule, threads=threads, method=QUICK)
     assert m.status == "ok", f"{schedule.describe()}: {m.error}"
     assert m.verified and m.max_error <= m.tolerance
@@ -162,3 +231,72 @@ def test_fused_producer_tiles_follow_the_consumer_tile(runner):
     )
     m = runner.measure(program, schedule, method=QUICK)
     assert m.status == "ok" and m.verified, m.error
+
+
+def test_a_partial_tile_is_peeled_and_vectorizes_at_static_shapes(programs):
+    from mlirrl_jax.measure.compile import transformed_mlir
+    from mlirrl_jax.transform import transform_script
+
+    matmul = programs["matmul"]  # 32 x 64 x 48
+    peeled = Schedule.of([(1, [Transform(TILE, (8, 24, 1)), Transform(VECTORIZE)])])
+    script = transform_script(matmul, peeled)
+    assert "transform.loop.peel" in script and "vector_sizes" not in script
+    code = transformed_mlir(matmul.mlir, script)
+    assert "vector.fma" in code and "vector.mask" not in code and "create_mask" not in code
+    assert "linalg.matmul" not in code  # both copies (whole tiles and the rest) vectorized
+    # a forall's partial chunk cannot be peeled: that op vectorizes masked
+    masked = Schedule.of(
+        [
+            (
+                1,
+                [
+                    Transform(TILE_PARALLEL, (0, 40, 0)),
+                    Transform(TILE, (8, 8, 1)),
+                    Transform(VECTORIZE),
+                ],
+            )
+        ]
+    )
+    script = transform_script(matmul, masked)
+    assert "vector_sizes [8, 8, 1]" in script
+    assert "linalg.matmul" not in transformed_mlir(matmul.mlir, script)
+
+
+def test_an_interchanged_op_keeps_its_tag_for_its_peeled_copies(programs):
+    from mlirrl_jax.measure.compile import transformed_mlir
+    from mlirrl_jax.transform import transform_script
+
+    matmul = programs["matmul"]
+    schedule = Schedule.of(
+        [
+            (
+                1,
+                [
+                    Transform(INTERCHANGE, permutation=(0, 2, 1)),
+                    Transform(TILE, (8, 24, 1)),
+                    Transform(VECTORIZE),
+                ],
+            )
+        ]
+    )
+    code = transformed_mlir(matmul.mlir, transform_script(matmul, schedule))
+    assert "linalg.generic" not in code and "vector.fma" in code
+
+
+def test_the_heuristic_sizes_its_register_tile_from_the_machine():
+    from mlirrl_jax.heuristics import lanes_tile, machine_tile_shape, rows_tile
+
+    avx2 = {"isa_flags": ["avx", "avx2", "fma"]}
+    avx512 = {"isa_flags": ["avx", "avx2", "avx512f", "fma"]}
+    assert machine_tile_shape(avx2) == (16, 4) and machine_tile_shape(avx512) == (32, 8)
+    assert lanes_tile(112, 16) == 16  # a multiple of the vector width that divides
+    assert lanes_tile(26, 16) == 16 and lanes_tile(147, 16) == 32  # partial, least waste
+    assert lanes_tile(56, 8) == 8 and lanes_tile(7, 16) == 7
+    assert rows_tile(28, 8) == 7 and rows_tile(13, 8) == 8 and rows_tile(5, 8) == 5
+    conv = parse_program(g.render(g.Conv2dSpec("nchw", 1, 28, 28, 8, 64, 3)), "nchw26")
+    op = conv.ops[1]  # loops n, f, oh, ow, c, kh, kw
+    assert register_tile(op, machine=avx512) == (1, 8, 1, 16, 1, 1, 1)
+    assert register_tile(op, machine=avx2) == (1, 4, 1, 16, 1, 1, 1)  # two AVX2 vectors
+    assert register_tile(op, version=1) == (1, 8, 1, 26, 1, 1, 1)
+    with pytest.raises(ValueError, match="version"):
+        heuristic_schedule(conv, version=3)

@@ -74,6 +74,22 @@ def machine_fingerprint() -> dict:
     return machine
 
 
+# Bytes of one SIMD register by ISA flag, widest first (SVE: its minimum; the real width is
+# the machine's and may be larger).
+_VECTOR_BYTES = (("avx512f", 64), ("avx", 32), ("sse4_2", 16), ("asimd", 16), ("neon", 16))
+
+
+def vector_bytes(machine: dict | None = None) -> int:
+    """Bytes of one vector register of `machine` (default: this one), from its ISA flags."""
+    flags = set((machine or machine_fingerprint())["isa_flags"])
+    return next((size for flag, size in _VECTOR_BYTES if flag in flags), 16)
+
+
+def vector_lanes(element_bytes: int = 4, machine: dict | None = None) -> int:
+    """Elements of `element_bytes` in one vector register: 16 f32 with AVX-512, 8 with AVX2."""
+    return max(1, vector_bytes(machine) // element_bytes)
+
+
 @functools.cache
 def toolchain_fingerprint() -> dict:
     """Versions of the compiler wheels, NumPy and Python, with a short id."""

@@ -10,20 +10,11 @@ from __future__ import annotations
 import numpy as np
 
 from mlirrl_jax.measure.compile import compile_kernel
-from mlirrl_jax.measure.fingerprint import machine_fingerprint
+from mlirrl_jax.measure.fingerprint import vector_lanes
 from mlirrl_jax.measure.timing import TimingMethod, time_calls
 from mlirrl_jax.programs.ir import KERNEL_NAME
 
 ITERATIONS = 200_000
-
-
-def _lanes() -> int:
-    flags = machine_fingerprint()["isa_flags"]
-    if "avx512f" in flags:
-        return 16
-    if "avx2" in flags or "avx" in flags:
-        return 8
-    return 4
 
 
 def _source(lanes: int, chains: int) -> str:
@@ -55,7 +46,7 @@ func.func @{KERNEL_NAME}(%out: memref<{lanes}xf32>, %in: memref<{lanes}xf32>)
 
 def fma_peak_gflops(chains: int = 16) -> float:
     """Measured f32 GFLOP/s of `chains` independent FMA chains on the widest vectors."""
-    lanes = _lanes()
+    lanes = vector_lanes()
     kernel = compile_kernel(_source(lanes, chains), None)
     out = np.zeros(lanes, np.float32)
     values = np.full(lanes, 1e-6, np.float32)

@@ -631,11 +631,51 @@ def _shapes_v2() -> tuple[SuiteEntry, ...]:
     return tuple(b.entries.values())
 
 
+# awkward-v0: layers of real networks whose extents do not divide into whole vectors (7, 13,
+# 14, 26, 27, 28, 54, 56, 112, 147), per op kind at batch 1 and at batch 32 (for matmuls: 32
+# rows per token position). (model, layer, spec); all of them test programs.
+_AWKWARD: list[tuple[str, str, Spec]] = [
+    ("resnet stem as img2col", "7x7x3 patches x 56 filters", MatmulSpec(112, 56, 147)),
+    ("resnet stem as img2col", "batch 32", MatmulSpec(32 * 112, 112, 147)),
+    ("mlp", "14x14 tokens, 54 -> 28", MatmulSpec(196, 28, 54)),
+    ("resnet18", "layer4 3x3 (7x7 maps)", Conv2dSpec("nhwc", 1, 9, 9, 512, 512, 3)),
+    ("resnet18", "layer2 3x3 (28x28 maps)", Conv2dSpec("nhwc", 1, 30, 30, 64, 64, 3)),
+    ("resnet", "3x3 at batch 32 (14x14 maps)", Conv2dSpec("nhwc", 32, 16, 16, 32, 56, 3)),
+    ("vgg-like", "3x3, 26-wide output row", Conv2dSpec("nchw", 1, 28, 28, 64, 64, 3)),
+    ("alexnet", "conv4 (13x13 maps)", Conv2dSpec("nchw", 1, 15, 15, 256, 256, 3)),
+    ("resnet50", "1x1 on 28x28 maps", Conv2dSpec("nchw", 1, 28, 28, 128, 128, 1)),
+    ("resnet", "3x3 at batch 32 (14x14 maps, nchw)", Conv2dSpec("nchw", 32, 16, 16, 32, 56, 3)),
+    ("mobilenetv2", "3x3 depthwise (56x56 maps)", DepthwiseSpec(1, 58, 58, 144, 3)),
+    ("mobilenetv2", "3x3 depthwise at batch 32", DepthwiseSpec(32, 30, 30, 96, 3)),
+    ("resnet", "stem max pool 3x3/2 (112 -> 56)", PoolSpec("max", 1, 113, 113, 64, 3, 2)),
+    ("resnet", "max pool 2x2/2 at batch 32 (28 -> 14)", PoolSpec("max", 32, 28, 28, 54, 2, 2)),
+    ("resnet", "residual add (56x56x147)", ElementwiseSpec("add", (1, 56, 56, 147))),
+    ("resnet", "residual add at batch 32", ElementwiseSpec("add", (32, 14, 14, 147))),
+    ("vgg-like", "relu (112x112x27)", ElementwiseSpec("relu", (1, 112, 112, 27))),
+    ("vgg-like", "relu at batch 32", ElementwiseSpec("relu", (32, 28, 28, 54))),
+]
+
+
+@functools.cache
+def _awkward_v0() -> tuple[SuiteEntry, ...]:
+    """Real-network shapes with awkward extents, for the schedule space's remainders and
+    layouts; every program is a test program (nothing here is trained on)."""
+    entries = {}
+    for model, layer, spec in _AWKWARD:
+        if spec.name in entries or footprint_bytes(spec) > MAX_BYTES:
+            raise ValueError(f"awkward-v0: {spec.name} repeats or is too large")
+        entries[spec.name] = SuiteEntry(
+            f"{SCHEME}awkward-v0/{spec.name}", spec, model, layer, "test"
+        )
+    return tuple(entries.values())
+
+
 _SUITES: dict[str, Callable[[], tuple[SuiteEntry, ...]]] = {
     "dl-v0": _dl_v0,
     "shapes-v0": _shapes_v0,
     "shapes-v1": _shapes_v1,
     "shapes-v2": _shapes_v2,
+    "awkward-v0": _awkward_v0,
 }
 
 
