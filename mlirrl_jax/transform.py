@@ -24,6 +24,7 @@ from mlirrl_jax.schedule import (
 )
 
 ANY = "!transform.any_op"
+REDUCTION_TO_CONTRACT = "transform.apply_patterns.vector.reduction_to_contract"
 FOR = '!transform.op<"scf.for">'
 
 # Patterns that make vectorized code fast, in stages: first fold transfers and turn reductions
@@ -34,7 +35,7 @@ _VECTOR_STAGES = (
         # a masked transfer (a partial tile's) becomes one transfer with a mask operand
         "transform.apply_patterns.vector.lower_masked_transfers",
         "transform.apply_patterns.vector.transfer_permutation_patterns",
-        "transform.apply_patterns.vector.reduction_to_contract",
+        REDUCTION_TO_CONTRACT,
     ),
     (
         'transform.apply_patterns.vector.lower_contraction lowering_strategy = "outerproduct"',
@@ -44,11 +45,14 @@ _VECTOR_STAGES = (
 )
 
 
-def _vector_cleanup(func: str) -> list[str]:
+def _vector_cleanup(func: str, contract: bool = True) -> list[str]:
+    """The cleanup stages; without `reduction_to_contract` if not `contract`."""
     lines = []
     for stage in _VECTOR_STAGES:
         lines.append(f"transform.apply_patterns to {func} {{")
-        lines += [f"  {pattern}" for pattern in stage]
+        lines += [
+            f"  {pattern}" for pattern in stage if contract or pattern != REDUCTION_TO_CONTRACT
+        ]
         lines += ["  transform.apply_patterns.canonicalization", f"}} : {ANY}"]
     return lines
 
@@ -92,6 +96,7 @@ class _Builder:
         self.states: dict[int, _OpState] = {}
         self.loops_in_order: list[str] = []
         self.vectorized = False
+        self.contract = True  # whether the vector cleanup may turn reductions to contractions
         for op in program.ops:
             handle = self.fresh("op")
             self.emit(
@@ -271,7 +276,12 @@ class _Builder:
         state.handle = decomposed
         state.order = [i for i in state.order if i not in (out_loop, window_loop)]
 
-    def vectorize(self, state: _OpState) -> None:
+    def vectorize(self, op: LinalgOp, state: _OpState) -> None:
+        if op.kind == "contraction" and len(op.inputs) > 2:
+            # a product of three or more tensors: MLIR's reduction_to_contract aborts on it
+            # (an assertion in its cast to VectorType), so the function's cleanup goes
+            # without it and such reductions lower as multi-reductions
+            self.contract = False
         if state.partial & set(state.order):  # dynamic shapes: masked, at the full tile's size
             sizes = [state.extents[i] for i in state.order]
             self.emit(f"transform.structured.vectorize {state.handle} vector_sizes {sizes} : {ANY}")
@@ -308,14 +318,14 @@ class _Builder:
                     self.decompose(op, state)
                 elif step.kind == VECTORIZE:
                     self.peel(op, state)
-                    self.vectorize(state)
+                    self.vectorize(op, state)
             self.peel(op, state)
         if self.vectorized:
             func = self.fresh("func")
             self.emit(
                 f'{func} = transform.structured.match ops{{["func.func"]}} in %root : ({ANY}) -> {ANY}'
             )
-            for line in _vector_cleanup(func):
+            for line in _vector_cleanup(func, self.contract):
                 self.emit(line)
         # innermost loops first, so invariant transfers bubble out as far as they can
         for loop in reversed(self.loops_in_order):
