@@ -203,6 +203,11 @@ class _Builder:
             )
         if state.in_forall:
             raise ScheduleError(f"op {op.id}: {what} inside a parallel loop it was fused into")
+        if not any(current):
+            raise ScheduleError(
+                f"op {op.id}: {what} {list(sizes)} splits no loop (every size is 0 or at least "
+                "its loop's extent)"
+            )
         tiled, forall = self.fresh("t"), self.fresh("forall")
         self.emit(
             f"{tiled}, {forall} = transform.structured.tile_using_forall {state.handle}"

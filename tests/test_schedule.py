@@ -74,3 +74,9 @@ def test_script_tiles_in_original_loop_order_after_interchange(matmul):
 def test_full_extent_tiles_make_no_loop(matmul):
     script = transform_script(matmul, Schedule.of({1: [Transform("tile", (64, 32, 128))]}))
     assert "tile_sizes [0, 32, 0]" in script
+
+
+def test_a_forall_that_splits_no_loop_is_refused(matmul):
+    # the sizes reach the loops' extents (64, 96): nothing to run in parallel; MLIR crashed
+    with pytest.raises(ScheduleError, match="splits no loop"):
+        transform_script(matmul, Schedule.of({1: [Transform("tile_parallel", (64, 96, 0))]}))

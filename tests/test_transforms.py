@@ -311,3 +311,23 @@ def test_a_contraction_of_three_tensors_vectorizes_without_aborting(runner):
     program = load_program(Path(__file__).parents[1] / "examples" / "contraction7.mlir")
     m = runner.measure(program, heuristic_schedule(program), method=QUICK)
     assert m.status == "ok" and m.verified, m.error
+
+
+def test_a_large_multi_dimensional_forall_is_right_on_two_threads(runner):
+    # without libomp, foralls run on MLIR's async runtime, whose parallel-for ran some blocks
+    # of a 65 x 65 forall twice (the conv accumulates: outputs doubled); the lowering now
+    # collapses each parallel loop to one dimension first
+    program = parse_program(g.render(g.Conv2dSpec("nhwc", 1, 67, 67, 4, 8, 3)), "conv65")
+    schedule = Schedule.of([(1, [Transform(TILE_PARALLEL, (0, 1, 1, 0, 0, 0, 0))])])
+    m = runner.measure(program, schedule, threads=2, method=QUICK)
+    assert m.status == "ok" and m.verified, m.error
+    if m.runtime == "async":  # parallel loops of different ranks cannot be collapsed together
+        chain = parse_program(g.render(g.MatmulBiasReluSpec(16, 32, 8)), "chain")
+        mixed = Schedule.of(
+            [
+                (2, [Transform(TILE_PARALLEL, (8, 0))]),
+                (1, [Transform(TILE_PARALLEL, (8, 16, 0))]),
+            ]
+        )
+        m = runner.measure(chain, mixed, threads=2, method=QUICK)
+        assert m.status == "compile_error" and "same number" in m.error

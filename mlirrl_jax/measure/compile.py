@@ -68,6 +68,13 @@ def resolve_runtime(threads: int, runtime_name: str) -> str:
     return runtime_name
 
 
+# async-parallel-for runs some blocks of a multi-dimensional scf.parallel twice once it has a
+# few thousand iterations (seen at 7x7x128 and 65x65, not at 64x64 or at any 1-D loop), so that
+# an accumulating kernel doubles its result: the async lowering collapses every parallel loop
+# to one dimension first (`collapse_parallel_loops`), where it stands in the pipeline.
+COLLAPSE_PARALLEL = "<collapse parallel loops>"
+
+
 def lowering_pipeline(threads: int, runtime_name: str) -> str:
     """The pass pipeline from tensors to the LLVM dialect; scf.forall becomes threads or loops."""
     passes = list(_BUFFERIZE)
@@ -84,6 +91,7 @@ def lowering_pipeline(threads: int, runtime_name: str) -> str:
     elif runtime_name == "async":
         passes += [
             "scf-forall-to-parallel",
+            COLLAPSE_PARALLEL,
             f"async-parallel-for{{async-dispatch=false num-workers={threads} min-task-size=1}}",
             "async-to-async-runtime",
             "async-runtime-ref-counting",
@@ -113,6 +121,42 @@ def lowering_pipeline(threads: int, runtime_name: str) -> str:
         "reconcile-unrealized-casts",
     ]
     return "builtin.module(" + ",".join(passes) + ")"
+
+
+def _parallel_ranks(module) -> set[int]:
+    """The induction-variable counts of the module's scf.parallel loops."""
+    ranks: set[int] = set()
+
+    def visit(op):
+        if op.name == "scf.parallel":
+            ranks.add(len(op.regions[0].blocks[0].arguments))
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return ranks
+
+
+def _lower(payload, pipeline: str) -> None:
+    """Run `pipeline`, collapsing the parallel loops to one dimension where it says so."""
+    before, _, after = pipeline.partition(COLLAPSE_PARALLEL)
+    if not after:
+        passmanager.PassManager.parse(pipeline).run(payload.operation)
+        return
+    passmanager.PassManager.parse(before.rstrip(",") + ")").run(payload.operation)
+    ranks = _parallel_ranks(payload)
+    multi = {r for r in ranks if r > 1}
+    if multi:
+        if len(ranks) > 1:  # the collapsing pass takes one dimension list for all loops
+            raise CompileError(
+                "lower",
+                f"parallel loops of {sorted(ranks)} dimensions in one kernel: the async runtime "
+                "needs them collapsed to one each, which works only when they all have the "
+                "same number (install libomp for the openmp runtime)",
+            )
+        dims = ",".join(map(str, range(multi.pop())))
+        collapse = f"func.func(test-scf-parallel-loop-collapsing{{collapsed-indices-0={dims}}})"
+        passmanager.PassManager.parse(f"builtin.module({collapse})").run(payload.operation)
+    passmanager.PassManager.parse("builtin.module(" + after.lstrip(",")).run(payload.operation)
 
 
 _loaded_libraries: dict[str, ctypes.CDLL] = {}
@@ -197,9 +241,9 @@ def compile_kernel(
             _apply_script(payload, script)
         transformed = time.perf_counter()
         try:
-            passmanager.PassManager.parse(lowering_pipeline(threads, resolved)).run(
-                payload.operation
-            )
+            _lower(payload, lowering_pipeline(threads, resolved))
+        except CompileError:
+            raise
         except Exception as exc:
             raise CompileError("lower", _one_line(exc)) from None
         lowered = time.perf_counter()
