@@ -32,11 +32,18 @@ def test_scheduled_matmul_is_faster_and_verified(runner, matmul):
 
 
 def test_illegal_schedule_is_a_compile_error(runner, matmul):
-    # 6 does not divide 64: tiling works, vectorization of the partial tile does not
-    bad = Schedule.of({1: [Transform("tile", (6, 32, 1)), Transform("vectorize")]})
-    m = runner.measure(matmul, bad, method=QUICK)
+    # a 2-D convolution does not vectorize before it is decomposed to 1-D
+    from mlirrl_jax.programs import generate as g
+    from mlirrl_jax.programs.ir import parse_program
+
+    conv = parse_program(g.render(g.Conv2dSpec("nhwc", 1, 6, 6, 4, 8, 3)), "conv")
+    m = runner.measure(conv, Schedule.of({1: [Transform("vectorize")]}), method=QUICK)
     assert m.status == "compile_error" and "vectorize" in m.error
     assert m.median_s is None and not m.verified
+    # 6 does not divide 64: the partial tile is peeled, and both copies vectorize
+    partial = Schedule.of({1: [Transform("tile", (6, 32, 1)), Transform("vectorize")]})
+    m = runner.measure(matmul, partial, method=QUICK)
+    assert m.status == "ok" and m.verified
 
 
 def test_schedule_that_does_not_fit_the_program(runner, matmul):
