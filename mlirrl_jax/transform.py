@@ -114,6 +114,14 @@ class _Builder:
     def emit(self, line: str) -> None:
         self.lines.append("    " + line)
 
+    def match_func(self) -> str:
+        """A fresh handle to the kernel function."""
+        func = self.fresh("func")
+        self.emit(
+            f'{func} = transform.structured.match ops{{["func.func"]}} in %root : ({ANY}) -> {ANY}'
+        )
+        return func
+
     def current_sizes(self, op: LinalgOp, state: _OpState, sizes: tuple[int, ...], what: str):
         if len(sizes) != op.n_loops:
             raise ScheduleError(f"op {op.id}: {what} has {len(sizes)} sizes for {op.n_loops} loops")
@@ -164,10 +172,7 @@ class _Builder:
                 f" : ({FOR}) -> ({ANY}, {ANY})"
             )
             self.emit("}")
-        func = self.fresh("func")
-        self.emit(
-            f'{func} = transform.structured.match ops{{["func.func"]}} in %root : ({ANY}) -> {ANY}'
-        )
+        func = self.match_func()
         # the bounds peeling made constant become static slice shapes
         self.emit(f"transform.apply_patterns to {func} {{")
         self.emit("  transform.apply_patterns.canonicalization")
@@ -326,10 +331,7 @@ class _Builder:
                     self.vectorize(op, state)
             self.peel(op, state)
         if self.vectorized:
-            func = self.fresh("func")
-            self.emit(
-                f'{func} = transform.structured.match ops{{["func.func"]}} in %root : ({ANY}) -> {ANY}'
-            )
+            func = self.match_func()
             for line in _vector_cleanup(func, self.contract):
                 self.emit(line)
         # innermost loops first, so invariant transfers bubble out as far as they can

@@ -71,7 +71,7 @@ def resolve_runtime(threads: int, runtime_name: str) -> str:
 # async-parallel-for runs some blocks of a multi-dimensional scf.parallel twice once it has a
 # few thousand iterations (seen at 7x7x128 and 65x65, not at 64x64 or at any 1-D loop), so that
 # an accumulating kernel doubles its result: the async lowering collapses every parallel loop
-# to one dimension first (`collapse_parallel_loops`), where it stands in the pipeline.
+# to one dimension first, where this marker stands in the pipeline (`_lower`).
 COLLAPSE_PARALLEL = "<collapse parallel loops>"
 
 
