@@ -1,18 +1,21 @@
-"""The schedule space on awkward extents: heuristic v1 and v2, random search and XLA:CPU.
+"""The schedule space on awkward extents: heuristics v1-v3, random search, the agent, XLA:CPU.
 
 For every program of the `awkward-v0` suite (real-network layers whose extents do not divide
 into whole vectors) and each thread count, in one run on this machine, every output verified:
-the unscheduled program (one thread), the old heuristic (v1: 32 lanes, divisors only), the new
-one (v2: the machine's vector width, partial tiles peeled), random search with N real
-measurements (distinct masked random schedules of the agent's action space, half uniform and
-half deeper, as collection draws them) and XLA:CPU through `jax.jit` on the same threads.
+the unscheduled program (one thread), the heuristic's three versions (v1: 32 lanes, divisors
+only; v2: the machine's vector width, partial tiles peeled; v3: v2 with the rule for
+memory-bound ops), random search with N real measurements (distinct masked random schedules of
+the agent's action space, half uniform and half deeper, as collection draws them), with
+`--agent RUN` the agent's k best schedules by its surrogate (all measured, the best kept; chosen
+before any timing), and XLA:CPU through `jax.jit` on the same threads.
 
 Prints per program and per op kind: speedups over unscheduled, the best of any method against
-XLA, v2 against v1, and for matmuls and convolutions of at least 1e8 flops the best schedule's
+XLA, v3 against v1 and v2, and for matmuls and convolutions of at least 1e8 flops the best schedule's
 fraction of the machine's measured FMA peak (per core, times the threads). Resumable: rows go
 to `rows.jsonl` in the output folder as they are measured; rerun the same command to go on.
 
-    python bench/awkward.py [--threads 1,2] [--random 64] [--out DIR] [--only NAME ...]
+    python bench/awkward.py [--threads 1,2] [--random 64] [--agent RUN --top-k 8] [--out DIR]
+                            [--only NAME ...]
 """
 
 from __future__ import annotations
@@ -37,7 +40,8 @@ from mlirrl_jax.programs import suites
 from mlirrl_jax.programs.ir import load_program
 from mlirrl_jax.sampler import EpisodeSampler, random_policy
 
-METHODS = ("heuristic_v1", "heuristic_v2", "random", "xla")
+HEURISTICS = ("heuristic_v1", "heuristic_v2", "heuristic_v3")
+METHODS = (*HEURISTICS, "random", "agent", "xla")
 CONTRACTIONS = ("matmul", "conv2d_nhwc", "conv2d_nchw")
 
 
@@ -75,6 +79,13 @@ def measure_all(args, out: Path) -> list[dict]:
     programs = {e.name: load_program(e.uri) for e, _ in todo}
     names = list(programs)
     draws = dict(zip(names, random_schedules(list(programs.values()), args.random, args.seed)))
+    agent_draws = {name: [] for name in names}
+    if args.agent:  # chosen before anything is timed: no JAX work beside a timed kernel
+        from mlirrl_jax.agent.agent import Agent
+
+        agent = Agent.load(args.agent)
+        chosen = agent.schedules(list(programs.values()), n=args.top_k)
+        agent_draws = dict(zip(names, chosen))
     method = TimingMethod(seed=args.seed)
     bases: dict[str, float | None] = {}
     bar = tqdm(total=len(todo), unit="run", desc="awkward-v0")
@@ -93,7 +104,7 @@ def measure_all(args, out: Path) -> list[dict]:
                 "methods": {},
                 "failed": [],
             }
-            for version in (1, 2):
+            for version in (1, 2, 3):
                 schedule = heuristic_schedule(program, threads, version)
                 m = runner.measure(program, schedule, threads=threads, method=method)
                 row["methods"][f"heuristic_v{version}"] = {
@@ -104,19 +115,20 @@ def measure_all(args, out: Path) -> list[dict]:
                     row["failed"].append(
                         f"heuristic_v{version}: {m.status} {(m.error or '')[:200]}"
                     )
-            best, best_schedule, failures = None, None, 0
-            for schedule in draws[entry.name]:
-                m = runner.measure(program, schedule, threads=threads, method=method)
-                ms = _ms(m)
-                failures += ms is None
-                if ms is not None and (best is None or ms < best):
-                    best, best_schedule = ms, schedule.to_json()
-            row["methods"]["random"] = {
-                "ms": best,
-                "schedule": best_schedule,
-                "measurements": len(draws[entry.name]),
-                "failures": failures,
-            }
+            for name, schedules in (("random", draws), ("agent", agent_draws)):
+                best, best_schedule, failures = None, None, 0
+                for schedule in schedules[entry.name]:
+                    m = runner.measure(program, schedule, threads=threads, method=method)
+                    ms = _ms(m)
+                    failures += ms is None
+                    if ms is not None and (best is None or ms < best):
+                        best, best_schedule = ms, schedule.to_json()
+                row["methods"][name] = {
+                    "ms": best,
+                    "schedule": best_schedule,
+                    "measurements": len(schedules[entry.name]),
+                    "failures": failures,
+                }
             xla = measure_xla(program, threads, method, timeout_s=args.timeout)
             row["methods"]["xla"] = {"ms": _ms(xla)}
             sink.write(json.dumps(row) + "\n")
@@ -150,25 +162,26 @@ def report(rows: list[dict], peak: float, machine: str) -> str:
             "",
             f"## {threads} thread(s)",
             "",
-            "| program | layer | unscheduled ms | heuristic v1 | heuristic v2 | random | XLA | "
-            "best / XLA | best % of peak |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "| program | layer | unscheduled ms | heuristic v1 | heuristic v2 | heuristic v3 | "
+            "random | agent | XLA | best / XLA | best % of peak |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         by_kind = collections.defaultdict(list)
         for r in group:
             base = r["unscheduled_ms"]
             s = {
-                n: base / r["methods"][n]["ms"] if base and r["methods"][n]["ms"] else None
+                n: base / r["methods"][n]["ms"]
+                if base and (r["methods"].get(n) or {}).get("ms")
+                else None
                 for n in METHODS
             }
             ours = [s[n] for n in METHODS if n != "xla" and s[n]]
             best = max(ours) if ours else None
             r["best_over_xla"] = best / s["xla"] if best and s["xla"] else None
-            r["v2_over_v1"] = (
-                s["heuristic_v2"] / s["heuristic_v1"]
-                if s["heuristic_v2"] and s["heuristic_v1"]
-                else None
-            )
+            for old in ("heuristic_v1", "heuristic_v2"):
+                r[f"v3_over_{old[-2:]}"] = (
+                    s["heuristic_v3"] / s[old] if s["heuristic_v3"] and s[old] else None
+                )
             fraction = None
             if best and r["kind"] in CONTRACTIONS and r["flops"] >= 1e8:
                 gflops = r["flops"] / (base / best * 1e-3) * 1e-9
@@ -182,15 +195,16 @@ def report(rows: list[dict], peak: float, machine: str) -> str:
             )
         lines += [
             "",
-            "| op kind | programs | best / XLA (geomean) | heuristic v2 / v1 (geomean) | "
-            "best % of peak (>= 1e8 flops) |",
-            "|---|---|---|---|---|",
+            "| op kind | programs | best / XLA (geomean) | heuristic v3 / v1 | heuristic v3 / v2 "
+            "| best % of peak (>= 1e8 flops) |",
+            "|---|---|---|---|---|---|",
         ]
         for kind, members in sorted(by_kind.items()):
             fractions = [r["best_fraction_of_peak"] for r in members if r["best_fraction_of_peak"]]
             lines.append(
                 f"| {kind} | {len(members)} | {_f(_geomean(r['best_over_xla'] for r in members))} | "
-                f"{_f(_geomean(r['v2_over_v1'] for r in members))} | "
+                f"{_f(_geomean(r['v3_over_v1'] for r in members))} | "
+                f"{_f(_geomean(r['v3_over_v2'] for r in members))} | "
                 f"{_f(max(fractions) * 100 if fractions else None, '.0f', '%')} |"
             )
         failed = [f"{r['program']}: {f}" for r in group for f in r["failed"]]
@@ -206,6 +220,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=120.0)
     parser.add_argument("--only", nargs="*", help="only these program names")
+    parser.add_argument("--agent", help="an agent run (e.g. data/agent) to measure beside")
+    parser.add_argument("--top-k", type=int, default=8, help="the agent's schedules per program")
     parser.add_argument("--out", help="default: runs/awkward-<machine id>")
     args = parser.parse_args()
     args.threads = [int(t) for t in args.threads.split(",")]

@@ -1,6 +1,7 @@
 """Fuzz the masks: random masked episodes over the train suite, each schedule measured for real.
 
-    python bench/fuzz_masks.py [--episodes 1000] [--seed 0] [--out runs/fuzz]
+    python bench/fuzz_masks.py [--episodes 1000] [--seed 0] [--threads 1] [--suite dl-v0]
+                               [--out runs/fuzz]
 
 Prints the share that compiled, ran and verified, and every kind of failure with a count;
 writes each failing (program, schedule, actions) to failures.json for replay.
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from mlirrl_jax.env.state import encode_programs
 from mlirrl_jax.fuzz import failure_kinds, fuzz
+from mlirrl_jax.measure.fingerprint import machine_fingerprint
 from mlirrl_jax.measure.runner import Runner
 from mlirrl_jax.programs import suites
 from mlirrl_jax.programs.ir import load_program
@@ -31,16 +33,25 @@ def main() -> None:
         default=0.2,
         help="relative probability of moving on to the next op (1: uniform)",
     )
+    parser.add_argument("--threads", type=int, default=1, help="threads of the foralls")
+    parser.add_argument(
+        "--suite",
+        action="append",
+        help="suites whose train split is drawn from (repeatable; default dl-v0)",
+    )
     args = parser.parse_args()
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    programs = [load_program(e.uri) for e in suites.split("dl-v0", "train")]
+    programs = [
+        load_program(e.uri) for name in args.suite or ["dl-v0"] for e in suites.split(name, "train")
+    ]
     table = encode_programs(programs)
     results = []
     start = time.perf_counter()
     with Runner(timeout_s=60) as runner:
         for i, result in enumerate(
-            fuzz(programs, table, args.episodes, args.seed, runner, args.next_weight), 1
+            fuzz(programs, table, args.episodes, args.seed, runner, args.next_weight, args.threads),
+            1,
         ):
             results.append(result)
             ok = sum(r.measurement.ok for r in results)
@@ -59,7 +70,9 @@ def main() -> None:
     ok = sum(r.measurement.ok for r in results)
     print(
         f"\n{time.strftime('%Y-%m-%d')}: {ok}/{len(results)} random masked episodes compiled, ran "
-        f"and verified ({ok / len(results):.2%}); seed {args.seed}, next weight {args.next_weight}; "
+        f"and verified ({ok / len(results):.2%}) at {args.threads} thread(s) on machine "
+        f"{machine_fingerprint()['machine_id']}; suites {args.suite or ['dl-v0']}, seed "
+        f"{args.seed}, next weight {args.next_weight}; "
         f"{len(results) / (time.perf_counter() - start):.2f} episodes/s"
     )
     transforms = sum(len(o.transforms) for r in results for o in r.schedule.ops)

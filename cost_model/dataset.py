@@ -25,6 +25,7 @@ from mlirrl_jax.env.jax_env import (
 )
 from mlirrl_jax.env.replay import schedule_to_actions
 from mlirrl_jax.env.state import EnvState, ProgramTable, encode_programs, initial_state
+from mlirrl_jax.measure.fingerprint import vector_lanes
 from mlirrl_jax.programs import suites
 from mlirrl_jax.programs.ir import Program
 from mlirrl_jax.schedule import Schedule, ScheduleError
@@ -175,9 +176,10 @@ def random_states(data: Dataset, count: int, seed: int = 0, progress: bool = Fal
     )
 
 
-def padded_actions(program: Program, schedule: Schedule) -> np.ndarray:
-    """The schedule's actions, padded with `next` to the longest episode."""
-    actions = schedule_to_actions(program, schedule)
+def padded_actions(program: Program, schedule: Schedule, lanes: int | None = None) -> np.ndarray:
+    """The schedule's actions (tile candidates for vectors of `lanes`), padded with `next` to
+    the longest episode."""
+    actions = schedule_to_actions(program, schedule, lanes)
     padded = np.tile(encode_action(NEXT), (MAX_EPISODE_STEPS, 1))
     padded[: len(actions)] = actions
     return padded
@@ -213,16 +215,18 @@ def load_dataset(
     missing = {r["program_hash"] for r in rows} - set(index)
     if missing:
         raise ValueError(f"{len(missing)} programs with rows are not among table_programs")
+    # the candidates the measuring machine's environment offered: its vector width
+    lanes = vector_lanes(machine=rows[0]["fingerprint"]["machine"])
     kept, actions, skipped = [], [], 0
     for r in rows:
         program = programs[index[r["program_hash"]]]
         try:
-            actions.append(padded_actions(program, Schedule.from_json(r["schedule"])))
+            actions.append(padded_actions(program, Schedule.from_json(r["schedule"]), lanes))
         except ScheduleError:
             skipped += 1
             continue
         kept.append(r)
-    table = encode_programs(programs)
+    table = encode_programs(programs, lanes)
     ids = np.array([index[r["program_hash"]] for r in kept], np.int32)
     states, feats = featurize(table, ids, np.stack(actions).astype(np.int32))
     return Dataset(

@@ -18,12 +18,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mlirrl_jax.measure.fingerprint import vector_lanes
+
 # Bump when the action space changes (heads, their sizes, tile candidates, the grammar): a
 # policy trained on another one refuses to load (`agent.checkpoint`).
-ACTION_SPACE_VERSION = 1
+ACTION_SPACE_VERSION = 2
 MAX_OPS = 8  # ops per program the environments accept
 MAX_LOOPS = 8  # loops per op
-N_TILE_CHOICES = 8  # per loop: "no tiling" + up to 7 divisors of the extent
+N_DIVISOR_CHOICES = 8  # per loop: "no tiling" + up to 7 divisors of the extent
+REMAINDER_VECTORS = (0.5, 1, 2, 4)  # vectors of the machine's width offered with a remainder
+N_TILE_CHOICES = N_DIVISOR_CHOICES + len(REMAINDER_VECTORS)
 VECTOR_BUDGET = 4096  # most iteration points a vectorized op may have (bounds compile time)
 
 _REGISTER_FRIENDLY = (1, 8, 16, 32, 64)
@@ -99,16 +103,23 @@ ACTION_WIDTH = 2 + MAX_LOOPS
 KIND_INDEX, POINTER_INDEX, TILES_INDEX = 0, 1, 2
 
 
-@functools.lru_cache(maxsize=4096)
-def tile_candidates(extent: int, n: int = N_TILE_CHOICES) -> tuple[int, ...]:
-    """Tile sizes a loop offers: 0 ("no tiling"), then proper divisors of the extent (cached:
-    replaying a store's schedules asks for the same extents hundreds of thousands of times).
+def tile_candidates(extent: int, lanes: int | None = None) -> tuple[int, ...]:
+    """Tile sizes a loop offers (`N_TILE_CHOICES`): 0 ("no tiling"), up to 7 proper divisors
+    of the extent, then whole vectors of the machine that leave a partial last tile.
 
-    Divisors, not powers of two: extents such as 7, 14, 28, 112 or 196 get real choices, and
-    every offered size divides the extent (vectorization needs full tiles). Register-friendly
-    sizes (1, 8, 16, 32, 64) come first; the other slots are spread on a log scale over the
-    remaining divisors. Padded with 0.
+    Divisors, not only powers of two: extents such as 7, 14, 28, 112 or 196 get real choices.
+    Register-friendly divisors (1, 8, 16, 32, 64) come first; the other divisor slots are
+    spread on a log scale over the remaining divisors. The last slots hold the sizes of half,
+    one, two and four vector registers of `lanes` f32 (default: this machine's vector width)
+    that are below the extent and do not divide it: a 28-wide loop runs as one 16-lane vector
+    and a remainder of 12, which the pipeline peels (or masks inside a forall). Padded with 0.
     """
+    return _candidates(extent, vector_lanes() if lanes is None else lanes)
+
+
+@functools.lru_cache(maxsize=8192)  # replaying a store asks for the same extents many times
+def _candidates(extent: int, lanes: int) -> tuple[int, ...]:
+    n = N_DIVISOR_CHOICES
     divisors = [d for d in range(1, extent) if extent % d == 0]
     chosen = [d for d in _REGISTER_FRIENDLY if d in divisors]
     rest = [d for d in divisors if d not in chosen]
@@ -122,7 +133,20 @@ def tile_candidates(extent: int, n: int = N_TILE_CHOICES) -> tuple[int, ...]:
             free = [d for d in rest if d not in chosen]
             chosen.append(min(free, key=lambda d: abs(math.log(d / target))))
     chosen.sort()
-    return (0, *chosen, *[0] * (n - 1 - len(chosen)))
+    remainders = sorted(
+        {
+            size
+            for size in (int(v * lanes) for v in REMAINDER_VECTORS)
+            if 1 < size < extent and extent % size
+        }
+    )
+    return (
+        0,
+        *chosen,
+        *[0] * (n - 1 - len(chosen)),
+        *remainders,
+        *[0] * (len(REMAINDER_VECTORS) - len(remainders)),
+    )
 
 
 def encode_action(kind: int, pointer: int = 0, tiles: tuple[int, ...] = ()) -> np.ndarray:

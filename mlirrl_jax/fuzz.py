@@ -38,8 +38,10 @@ def fuzz(
     seed: int,
     runner: Runner,
     next_weight: float = 1.0,
+    threads: int = 1,
 ) -> Iterator[FuzzResult]:
-    """Measure the schedules of `n` random masked episodes on randomly drawn programs."""
+    """Measure the schedules of `n` random masked episodes on randomly drawn programs, their
+    foralls on `threads` threads."""
     sampler = EpisodeSampler(programs, random_policy(next_weight), table)
     rng = np.random.default_rng(seed)
     key = jax.random.PRNGKey(seed)
@@ -47,7 +49,7 @@ def fuzz(
         key, sub = jax.random.split(key)
         index = int(rng.integers(len(programs)))
         schedule, actions = sampler.schedule(index, sub)
-        measurement = runner.measure(programs[index], schedule, method=FUZZ_METHOD)
+        measurement = runner.measure(programs[index], schedule, threads=threads, method=FUZZ_METHOD)
         yield FuzzResult(programs[index].name, schedule, actions, measurement)
 
 

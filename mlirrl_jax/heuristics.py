@@ -5,11 +5,15 @@ that walks the output's contiguous dimension (the vector lanes), a few rows of t
 dimension, every other loop at 1 (and a sliding window's output row and window row at 1, so the
 op decomposes to a 1-D convolution), then vectorization.
 
-Version 2 (the default) sizes the register tile from this machine's vector width (two vector
-registers of lanes, as many rows as half its registers hold) and lets a tile leave a partial
-last one (peeled, so every copy vectorizes at static shapes) where no multiple of the vector
-width divides the extent. Version 1, the earlier rule (32 lanes, 8 rows, divisors only), stays
-for comparison.
+Version 2 sizes the register tile from this machine's vector width (two vector registers of
+lanes, as many rows as half its registers hold) and lets a tile leave a partial last one
+(peeled, so every copy vectorizes at static shapes) where no multiple of the vector width
+divides the extent. Version 3 (the default) is version 2 for every op but the memory-bound
+ones (pooling, element-wise), which a register tile only slows down (`bench/memory_bound.py`):
+their outermost parallel loop is split over the threads when the op has the work to pay for
+starting them, and their body is left to LLVM's loop vectorizer when the output's rows are
+whole vectors, else vectorized a row at a time. Versions 1 (32 lanes, 8 rows, divisors only)
+and 2 stay for comparison.
 """
 
 from __future__ import annotations
@@ -21,10 +25,16 @@ from mlirrl_jax.programs.ir import LinalgOp, Program
 from mlirrl_jax.schedule import DECOMPOSE, TILE, TILE_PARALLEL, VECTORIZE, Schedule, Transform
 from mlirrl_jax.transform import window_loops
 
-VERSIONS = (1, 2)
+VERSIONS = (1, 2, 3)
 VECTOR_LANES = 32  # version 1: two AVX-512 registers of f32, four of AVX2
 ROWS = 8  # version 1: rows of the register tile
 CACHE_TILE = 64
+MEMORY_BOUND = ("pooling", "elementwise")  # op kinds version 3 schedules as memory-bound
+# version 3: a memory-bound op is split over threads from this much work (iteration points x
+# body cost, `memory_bound_work`): below it, starting the threads costs more than they save
+# (a 7x7x512 max pool ran 1.5x slower on two threads, a 14x14x1024 add 1.6x faster)
+SPLIT_WORK = 2**18
+TRANSCENDENTAL_COST = 10  # body cost of an exp or another math function, in simple ops
 
 
 def largest_divisor(extent: int, limit: int) -> int:
@@ -73,7 +83,7 @@ def machine_tile_shape(machine: dict | None = None) -> tuple[int, int]:
     return 2 * lanes, max(1, registers // 2 // 2)
 
 
-def register_tile(op: LinalgOp, version: int = 2, machine: dict | None = None) -> tuple[int, ...]:
+def register_tile(op: LinalgOp, version: int = 3, machine: dict | None = None) -> tuple[int, ...]:
     """Tile sizes (per loop) of the innermost level, the one that gets vectorized."""
     sizes = [1] * op.n_loops
     out_loops = _output_loops(op)
@@ -118,10 +128,55 @@ def parallel_tile(op: LinalgOp, threads: int, reg: tuple[int, ...]) -> tuple[int
     return None
 
 
+def memory_bound_work(op: LinalgOp) -> float:
+    """Iteration points times the body's cost (simple ops 1, exp and math functions
+    `TRANSCENDENTAL_COST`, plus the load and store)."""
+    counts = op.arith_counts
+    cost = (
+        1
+        + sum(counts.values())
+        + (TRANSCENDENTAL_COST - 1) * (counts.get("exp", 0) + counts.get("math", 0))
+    )
+    return math.prod(loop.extent for loop in op.loops) * cost
+
+
+def split_over_threads(op: LinalgOp, threads: int) -> list[Transform]:
+    """The outermost parallel loop that splits evenly, cut into one chunk per thread (nothing
+    at one thread, or if no loop splits)."""
+    sizes = parallel_tile(op, threads, (1,) * op.n_loops) if threads > 1 else None
+    return [Transform(TILE_PARALLEL, sizes)] if sizes else []
+
+
+def row_vectorized(op: LinalgOp) -> list[Transform]:
+    """Every loop tiled to 1 but the output's contiguous one, kept whole (a sliding window
+    decomposed to 1-D first), then vectorized: one output row a vector operation."""
+    sizes = [1] * op.n_loops
+    sizes[_output_loops(op)[-1]] = 0
+    steps = [Transform(TILE, tuple(sizes))]
+    if window_loops(op):
+        steps.append(Transform(DECOMPOSE))
+    return [*steps, Transform(VECTORIZE)]
+
+
+def memory_bound_schedule(
+    op: LinalgOp, threads: int = 1, machine: dict | None = None
+) -> list[Transform]:
+    """Version 3's transformations of a pooling or element-wise op: split over the threads if
+    its work reaches `SPLIT_WORK`; its rows vectorized unless they are whole vectors of this
+    machine (then LLVM vectorizes the plain loop as well)."""
+    steps = split_over_threads(op, threads) if memory_bound_work(op) >= SPLIT_WORK else []
+    out_loops = _output_loops(op)
+    if out_loops and op.loops[out_loops[-1]].extent % vector_lanes(machine=machine):
+        steps += row_vectorized(op)
+    return steps
+
+
 def op_schedule(
-    op: LinalgOp, threads: int = 1, version: int = 2, machine: dict | None = None
+    op: LinalgOp, threads: int = 1, version: int = 3, machine: dict | None = None
 ) -> list[Transform]:
     """The heuristic transformations of one op."""
+    if version >= 3 and op.kind in MEMORY_BOUND:
+        return memory_bound_schedule(op, threads, machine)
     reg = register_tile(op, version, machine)
     steps = []
     if threads > 1:
@@ -139,7 +194,7 @@ def op_schedule(
 
 
 def heuristic_schedule(
-    program: Program, threads: int = 1, version: int = 2, machine: dict | None = None
+    program: Program, threads: int = 1, version: int = 3, machine: dict | None = None
 ) -> Schedule:
     """A schedule for every op but fills, consumers first (`version`: see the module), for
     `machine` (a `machine_fingerprint()`; default this one).
@@ -149,10 +204,9 @@ def heuristic_schedule(
     """
     if version not in VERSIONS:
         raise ValueError(f"heuristic version must be one of {VERSIONS}, got {version!r}")
-    return Schedule.of(
-        [
-            (op.id, op_schedule(op, threads, version, machine))
-            for op in reversed(program.ops)
-            if op.kind != "fill"
-        ]
-    )
+    per_op = [
+        (op.id, op_schedule(op, threads, version, machine))
+        for op in reversed(program.ops)
+        if op.kind != "fill"
+    ]
+    return Schedule.of([(op, steps) for op, steps in per_op if steps])

@@ -479,7 +479,9 @@ def _row_of(m: Measurement) -> dict:
 def _merge(old: dict, new: dict) -> dict:
     """Combine a row with a new measurement of the same (program, schedule, machine, threads).
 
-    Verified times accumulate (median of per-measurement medians, overall minimum). A wrong
+    Verified times accumulate (median of per-measurement medians, overall minimum); a
+    measurement under another parallel runtime (OpenMP against MLIR's async runtime) is other
+    code, so its times replace the row's. A wrong
     output anywhere makes the row a wrong output and drops its times: such a schedule is not
     trusted. A crash or timeout after verified runs is counted, the times are kept.
     """
@@ -503,14 +505,18 @@ def _merge(old: dict, new: dict) -> dict:
         if old["status"] != "ok":
             merged.update(status=new["status"], error=new["error"])
         return merged
-    samples = (json.loads(old["samples"]) + json.loads(new["samples"]))[-MAX_SAMPLES:]
+    earlier = json.loads(old["samples"])
+    if old["runtime"] != new["runtime"]:  # other parallel code: the new times replace them
+        earlier = []
+        merged.update(runtime=new["runtime"], min_s=None)
+    samples = (earlier + json.loads(new["samples"]))[-MAX_SAMPLES:]
     merged.update(
         status="ok",
         verified=1,
         error=None,
         samples=json.dumps(samples),
         median_s=statistics.median(samples),
-        min_s=min(v for v in (old["min_s"], new["min_s"]) if v is not None),
+        min_s=min(v for v in (merged["min_s"], new["min_s"]) if v is not None),
         spread=new["spread"],
         max_error=new["max_error"],
         method=new["method"],

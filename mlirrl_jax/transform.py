@@ -146,8 +146,10 @@ class _Builder:
         self.loops_in_order += loops
         tiled_loops = [i for i, size in zip(state.order, current) if size]
         for loop, i in zip(loops, tiled_loops):
-            # a loop over a partial tile of an outer level has a dynamic range: peeled too
-            if state.extents[i] % sizes[i] or i in state.ragged:
+            # a loop over a partial tile of an outer level has a dynamic range: peeled too,
+            # but for a step of 1, which never leaves a partial iteration (and which
+            # transform.loop.peel refuses: "failed to peel the last iteration")
+            if sizes[i] > 1 and (state.extents[i] % sizes[i] or i in state.ragged):
                 state.to_peel.append(loop)
                 state.ragged.add(i)
         self._shrink(state, sizes)

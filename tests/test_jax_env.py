@@ -9,6 +9,7 @@ import pytest
 
 from mlirrl_jax.actions import (
     INTERCHANGE,
+    N_DIVISOR_CHOICES,
     NEXT,
     TILE,
     VECTORIZE,
@@ -260,3 +261,48 @@ def test_specs_declare_every_shape(table):
     declared = jax.tree.map(lambda a: (a.shape, a.dtype), spec)
     assert actual == declared
     assert env.action_spec()["action"].shape == timestep.applied_action.shape[1:]
+
+
+def test_tile_candidates_add_whole_vectors_that_leave_a_remainder():
+    # the divisor slots of version 1 stay as they were, so stored schedules still replay
+    assert tile_candidates(28, 16)[:N_DIVISOR_CHOICES] == (0, 1, 2, 4, 7, 14, 0, 0)
+    assert tile_candidates(28, 16)[N_DIVISOR_CHOICES:] == (8, 16, 0, 0)  # 1/2 and 1 vector
+    assert tile_candidates(28, 8)[N_DIVISOR_CHOICES:] == (8, 16, 0, 0)  # 4 divides 28
+    assert tile_candidates(147, 8)[N_DIVISOR_CHOICES:] == (4, 8, 16, 32)
+    assert tile_candidates(147, 16)[N_DIVISOR_CHOICES:] == (8, 16, 32, 64)
+    assert tile_candidates(256, 16)[N_DIVISOR_CHOICES:] == (0, 0, 0, 0)  # all divide
+    for extent in range(1, 300):
+        for lanes in (4, 8, 16):
+            offered = [s for s in tile_candidates(extent, lanes) if s]
+            assert len(set(offered)) == len(offered) and all(s < extent for s in offered)
+
+
+def test_a_remainder_tile_is_offered_to_tiling_never_to_a_forall(runner):
+    program = parse_program(g.render(g.MatmulSpec(28, 40, 24)), "mm28")
+    table = encode_programs([program], lanes=16)
+    env = JaxEnv(auto_reset=False)
+    pool = jnp.arange(1)
+    params, state, timestep = start(env, table, 0, jax.random.PRNGKey(0))
+    mask = one(timestep.observation.mask)
+    loops = program.ops[1].loops
+    for j, loop in enumerate(loops):
+        offered = tile_candidates(loop.extent, 16)
+        for c, size in enumerate(offered):
+            if size and loop.extent % size:
+                assert bool(mask.tile[j, c]) and not bool(mask.parallel_tile[j, c])
+    # tile i by 16 (28 = 16 + 12) and j by 16 (40 = 2 x 16 + 8), then vectorize
+    choices = [tile_candidates(loops[0].extent, 16).index(16)]
+    choices += [tile_candidates(loops[1].extent, 16).index(16), tile_candidates(24, 16).index(8)]
+    actions = [encode_action(TILE, tiles=choices)]
+    state, timestep = env.step(params, table, pool, state, actions[0][None])
+    assert not bool(timestep.invalid_action[0])
+    state, timestep = env.step(params, table, pool, state, encode_action(VECTORIZE)[None])
+    assert not bool(timestep.invalid_action[0])
+    actions.append(encode_action(VECTORIZE))
+    schedule, host = replay(program, actions, lanes=16)
+    assert [t.sizes for t in schedule.transforms_of(1) if t.kind == "tile"] == [(16, 16, 8)]
+    assert schedule_to_actions(program, schedule, lanes=16)[0].tolist() == actions[0].tolist()
+    for name in CONTENT_FIELDS:
+        assert np.array_equal(np.asarray(getattr(one(state), name)), getattr(host, name)), name
+    measured = runner.measure(program, schedule)
+    assert measured.ok and measured.verified, measured.error

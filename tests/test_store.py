@@ -63,6 +63,15 @@ def test_other_threads_are_other_rows(store, matmul):
     assert store.count() == 2
 
 
+def test_another_parallel_runtime_replaces_the_times(store, matmul):
+    store.put([measurement(matmul, median=4e-3, threads=2, runtime="async")])
+    store.put([measurement(matmul, median=1e-3, threads=2, runtime="openmp")])
+    row = store.get(matmul.hash, SCHEDULE.hash, machine(), threads=2)
+    assert row["runtime"] == "openmp" and row["samples"] == [1e-3]
+    assert row["median_s"] == pytest.approx(1e-3) and row["min_s"] == pytest.approx(0.9e-3)
+    assert row["n_measured"] == 2
+
+
 def test_failures_keep_their_reason_and_never_a_time(store, matmul):
     store.put([measurement(matmul, status="crash")])
     row = store.get(matmul.hash, SCHEDULE.hash, machine())

@@ -2,7 +2,15 @@
 
 import pytest
 
-from mlirrl_jax.heuristics import heuristic_schedule, largest_divisor, register_tile
+from mlirrl_jax.heuristics import (
+    MEMORY_BOUND,
+    heuristic_schedule,
+    largest_divisor,
+    memory_bound_work,
+    register_tile,
+    row_vectorized,
+    split_over_threads,
+)
 from mlirrl_jax.measure.timing import TimingMethod
 from mlirrl_jax.programs import generate as g
 from mlirrl_jax.programs.ir import Program, parse_program
@@ -161,6 +169,18 @@ def parallel_partial(program: Program) -> Schedule:
     return Schedule.of(per_op)
 
 
+def memory_bound_rows(program: Program) -> Schedule:
+    """Version 3's moves for memory-bound ops, unconditionally: split over two threads, then
+    one output row a vector operation."""
+    return Schedule.of(
+        [
+            (op.id, [*split_over_threads(op, 2), *row_vectorized(op)])
+            for op in reversed(program.ops)
+            if op.kind in MEMORY_BOUND
+        ]
+    )
+
+
 VARIANTS = {
     "tile": tiled,
     "tile_parallel": parallel,
@@ -172,6 +192,7 @@ VARIANTS = {
     "partial_tiles": partial_tiles,
     "interchanged_partial": interchanged_partial,
     "parallel_partial": parallel_partial,
+    "memory_bound_rows": memory_bound_rows,
 }
 
 
@@ -185,7 +206,7 @@ def programs():
 def test_transformation_compiles_and_verifies(runner, programs, name, variant):
     program = programs[name]
     schedule = VARIANTS[variant](program)
-    threads = 2 if variant in ("tile_parallel", "parallel_partial") else 1
+    threads = 2 if variant in ("tile_parallel", "parallel_partial", "memory_bound_rows") else 1
     if not schedule.ops:
         pytest.skip(f"{variant} has nothing to do on {name}")
     m = runner.measure(program, schedule, threads=threads, method=QUICK)
@@ -226,6 +247,28 @@ def test_fused_producer_tiles_follow_the_consumer_tile(runner):
                     Transform(VECTORIZE),
                 ],
             ),
+        ]
+    )
+    m = runner.measure(program, schedule, method=QUICK)
+    assert m.status == "ok" and m.verified, m.error
+
+
+def test_a_unit_tile_inside_a_partial_tile_is_not_peeled(runner):
+    # the fill of a 1x1 conv: a forall of 7 rows, tiles of 2 (a partial last tile of 1), then
+    # tiles of 1 inside them, which have no partial iteration to peel (peeling refuses them)
+    program = parse_program(g.render(g.Conv2dSpec("nhwc", 1, 28, 28, 8, 96, 1, stride=2)), "c")
+    schedule = Schedule.of(
+        [
+            (
+                0,
+                [
+                    Transform(TILE_PARALLEL, (0, 7, 7, 0)),
+                    Transform(INTERCHANGE, permutation=(2, 0, 3, 1)),
+                    Transform(TILE, (0, 2, 0, 64)),
+                    Transform(TILE, (0, 1, 0, 0)),
+                    Transform(VECTORIZE),
+                ],
+            )
         ]
     )
     m = runner.measure(program, schedule, method=QUICK)
@@ -298,7 +341,31 @@ def test_the_heuristic_sizes_its_register_tile_from_the_machine():
     assert register_tile(op, machine=avx2) == (1, 4, 1, 16, 1, 1, 1)  # two AVX2 vectors
     assert register_tile(op, version=1) == (1, 8, 1, 26, 1, 1, 1)
     with pytest.raises(ValueError, match="version"):
-        heuristic_schedule(conv, version=3)
+        heuristic_schedule(conv, version=4)
+
+
+def test_memory_bound_ops_are_split_by_their_work_and_vectorized_by_their_rows():
+    avx512 = {"isa_flags": ["avx", "avx2", "avx512f", "fma"]}
+    avx2 = {"isa_flags": ["avx", "avx2", "fma"]}
+
+    def kinds(spec, threads, machine):
+        program = parse_program(g.render(spec), spec.name)
+        schedule = heuristic_schedule(program, threads, machine=machine)
+        return [t.kind for o in schedule.ops for t in o.transforms]
+
+    whole_rows = g.ElementwiseSpec("relu", (1, 112, 112, 64))  # 64 lanes: whole vectors
+    assert kinds(whole_rows, 1, avx512) == []  # LLVM vectorizes the plain loop
+    assert kinds(whole_rows, 2, avx512) == ["tile_parallel"]  # 0.8 M points: worth 2 threads
+    ragged = g.ElementwiseSpec("relu", (1, 112, 112, 24))  # 24: 1.5 AVX-512 vectors, 3 AVX2
+    assert kinds(ragged, 1, avx512) == ["tile", "vectorize"]
+    assert kinds(ragged, 1, avx2) == []
+    tiny = g.PoolSpec("max", 1, 14, 14, 40, 2, stride=2)  # little work: one thread
+    assert kinds(tiny, 2, avx512) == ["tile", "decompose", "vectorize"]
+    matmul = parse_program(g.render(g.MatmulSpec(64, 64, 64)), "mm")
+    assert heuristic_schedule(matmul, version=3) == heuristic_schedule(matmul, version=2)
+    gelu = parse_program(g.render(g.ElementwiseSpec("gelu", (64, 64))), "gelu").ops[-1]
+    relu = parse_program(g.render(g.ElementwiseSpec("relu", (64, 64))), "relu").ops[-1]
+    assert memory_bound_work(gelu) > 5 * memory_bound_work(relu)  # tanh/exp cost more
 
 
 def test_a_contraction_of_three_tensors_vectorizes_without_aborting(runner):

@@ -90,10 +90,13 @@ def action_mask(table: ProgramTable, state: EnvState) -> ActionMask:
     candidates = table.candidates[p, c]
     reduction = table.is_reduction[p, c]
     fits = (candidates > 0) & (candidates < extents[:, None]) & alive[:, None]
-    fits &= extents[:, None] % jnp.maximum(candidates, 1) == 0
+    # a sequential tile may leave a partial last tile (the pipeline peels it, so every copy
+    # stays static); a forall's chunks must divide (a partial chunk would vectorize masked,
+    # which sliding windows and fused producers do not support)
+    divides = fits & (extents[:, None] % jnp.maximum(candidates, 1) == 0)
     none_column = jnp.arange(N_TILE_CHOICES)[None, :] == 0
     tile = fits | none_column
-    parallel_tile = (fits & ~reduction[:, None]) | none_column
+    parallel_tile = (divides & ~reduction[:, None]) | none_column
     phase = state.phase[c]
     grammar = jnp.asarray(MAY_FOLLOW)[phase]  # the step grammar (actions.GRAMMAR)
     in_interchange = state.ix_count > 0
@@ -103,7 +106,7 @@ def action_mask(table: ProgramTable, state: EnvState) -> ActionMask:
     is_window = table.window_out[p, c, 0] >= 0
     unit = _unit_windows(table, state, c)
     vector_points = jnp.prod(jnp.where(alive, extents, 1))
-    parallel_ok = free & ~fused & jnp.any(fits & ~reduction[:, None])
+    parallel_ok = free & ~fused & jnp.any(divides & ~reduction[:, None])
     legal = jnp.zeros(N_KINDS, bool)
     legal = legal.at[NEXT].set(~in_interchange)
     legal = legal.at[TILE_PARALLEL].set(parallel_ok)

@@ -32,7 +32,7 @@ from mlirrl_jax.env.state import (
 
 # Bump when anything below changes what a policy sees: checkpoints of older versions refuse
 # to load (`agent.checkpoint`).
-OBSERVATION_VERSION = 1
+OBSERVATION_VERSION = 2
 # per op: kind, body ops, log points / work / bytes, loops, reduction loops; where the cursor
 # is; its phase, tilings, parallel tile, fusion, interchange, decomposition, vectorization,
 # vector points; producer / consumer of the current op; its loops' whole and current extents;
@@ -43,8 +43,9 @@ OP_OBS = len(OP_KINDS) + len(ARITH_KINDS) + 5 + 3 + N_PHASES + 8 + 2 + 2 * MAX_L
 LOOP_OBS = 5 + 3 + MAX_TILE_LEVELS + 3 + 3 * MAX_OPERANDS
 # per tile choice: "no tiling"; log2 size and log2 share of the loop's extent, and their
 # squares (a loop's weights over them can prefer mid-sized tiles); multiple of 8 and of 16
-# (vector lanes), size 1
-CANDIDATE_OBS = 8
+# (vector lanes), size 1; whether it divides the loop's current extent, and the share of its
+# last tile a remainder leaves idle
+CANDIDATE_OBS = 10
 
 
 @struct.dataclass
@@ -182,6 +183,9 @@ def _candidate_features(table: ProgramTable, state: EnvState) -> jax.Array:
         offered & (whole % 8 == 0),
         offered & (whole % 16 == 0),
         whole == 1,
+        # whether the tiles are whole, and how much of the last one a remainder leaves idle
+        offered & (state.extents[c][:, None] % jnp.maximum(whole, 1) == 0),
+        jnp.where(offered, (-extents % jnp.maximum(sizes, 1.0)) / jnp.maximum(sizes, 1.0), 0.0),
     ]
     return jnp.stack([f.astype(jnp.float32) for f in features], axis=-1)
 

@@ -113,10 +113,10 @@ class HostState:
         return [n for n in fields if not np.array_equal(getattr(self, n), getattr(other, n))]
 
 
-def _sizes(program: Program, op_id: int, tiles) -> np.ndarray:
+def _sizes(program: Program, op_id: int, tiles, lanes: int | None) -> np.ndarray:
     sizes = np.zeros(MAX_LOOPS, np.int32)
     for j, loop in enumerate(program.ops[op_id].loops):
-        sizes[j] = tile_candidates(loop.extent)[int(tiles[j])]
+        sizes[j] = tile_candidates(loop.extent, lanes)[int(tiles[j])]
     return sizes
 
 
@@ -164,8 +164,10 @@ def _apply(
         state.cursor -= 1
 
 
-def replay(program: Program, actions) -> tuple[Schedule, HostState]:
-    """Apply applied (legal) actions in Python; the Schedule and the state they reach."""
+def replay(program: Program, actions, lanes: int | None = None) -> tuple[Schedule, HostState]:
+    """Apply applied (legal) actions in Python; the Schedule and the state they reach.
+    `lanes`: the vector width the actions' tile candidates were offered for (default: this
+    machine's, as `encode_programs` offers them)."""
     state = HostState.initial(program)
     ix_order: list[int] = []
     for action in actions:
@@ -179,7 +181,7 @@ def replay(program: Program, actions) -> tuple[Schedule, HostState]:
             if len(ix_order) >= len(alive) - 1:
                 order = ix_order + [j for j in alive if j not in ix_order]
                 ix_order = []
-        _apply(program, state, kind, _sizes(program, c, action[TILES_INDEX:]), order)
+        _apply(program, state, kind, _sizes(program, c, action[TILES_INDEX:], lanes), order)
     return schedule_of(program, state), state
 
 
@@ -237,10 +239,10 @@ def schedule_of(program: Program, state: HostState) -> Schedule:
     return Schedule.of(per_op)
 
 
-def _choices(program: Program, op_id: int, sizes: tuple[int, ...]) -> list[int]:
+def _choices(program: Program, op_id: int, sizes: tuple[int, ...], lanes: int | None) -> list[int]:
     choices = []
     for loop, size in zip(program.ops[op_id].loops, sizes):
-        offered = tile_candidates(loop.extent)
+        offered = tile_candidates(loop.extent, lanes)
         if size and size not in offered[1:]:
             raise ScheduleError(
                 f"op {op_id}: tile size {size} is not offered for extent {loop.extent}"
@@ -249,8 +251,11 @@ def _choices(program: Program, op_id: int, sizes: tuple[int, ...]) -> list[int]:
     return choices
 
 
-def schedule_to_actions(program: Program, schedule: Schedule) -> list[np.ndarray]:
-    """An action sequence that builds `schedule` (grammar order, sizes among the candidates)."""
+def schedule_to_actions(
+    program: Program, schedule: Schedule, lanes: int | None = None
+) -> list[np.ndarray]:
+    """An action sequence that builds `schedule` (grammar order, sizes among the candidates
+    offered for vectors of `lanes`, default this machine's)."""
     kinds = {
         "tile_parallel": TILE_PARALLEL,
         "tile_fuse": TILE_FUSE,
@@ -268,7 +273,8 @@ def schedule_to_actions(program: Program, schedule: Schedule) -> list[np.ndarray
             else:
                 actions.append(
                     encode_action(
-                        kinds[t.kind], tiles=_choices(program, op.id, t.sizes) if t.sizes else ()
+                        kinds[t.kind],
+                        tiles=_choices(program, op.id, t.sizes, lanes) if t.sizes else (),
                     )
                 )
         if not transforms or transforms[-1].kind != "vectorize":

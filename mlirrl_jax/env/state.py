@@ -84,7 +84,7 @@ def check_fits(program: Program) -> None:
             raise EncodingError(f"{where}: {len(op.operands)} operands, at most {MAX_OPERANDS}")
 
 
-def _encode_one(program: Program) -> dict[str, np.ndarray]:
+def _encode_one(program: Program, lanes: int | None) -> dict[str, np.ndarray]:
     check_fits(program)
     row = {
         "n_ops": np.int32(len(program.ops)),
@@ -112,7 +112,7 @@ def _encode_one(program: Program) -> dict[str, np.ndarray]:
             row["extents"][i, j] = loop.extent
             row["loop_valid"][i, j] = True
             row["is_reduction"][i, j] = loop.iterator == "reduction"
-            row["candidates"][i, j] = tile_candidates(loop.extent)
+            row["candidates"][i, j] = tile_candidates(loop.extent, lanes)
         for w, (out_loop, window_loop) in enumerate(window_loops(op)[:2]):
             row["window_out"][i, w] = out_loop
             row["window_in"][i, w] = window_loop
@@ -139,13 +139,15 @@ def _encode_one(program: Program) -> dict[str, np.ndarray]:
     return row
 
 
-def encode_programs(programs: list[Program]) -> ProgramTable:
-    """Stack programs into one table (raises EncodingError for a program that does not fit)."""
+def encode_programs(programs: list[Program], lanes: int | None = None) -> ProgramTable:
+    """Stack programs into one table (raises EncodingError for a program that does not fit).
+    `lanes`: the vector width (f32) whose whole vectors the tile candidates offer (default:
+    this machine's; a store of another machine's rows is replayed with that machine's)."""
     if not programs:
         raise EncodingError("no programs to encode")
     from mlirrl_jax.env.features import static_features
 
-    rows = [_encode_one(p) for p in programs]
+    rows = [_encode_one(p, lanes) for p in programs]
     table = ProgramTable(
         **{k: jnp.asarray(np.stack([r[k] for r in rows])) for k in rows[0]},
         op_slots=max(len(p.ops) for p in programs),
