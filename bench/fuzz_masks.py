@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from mlirrl_jax.env.state import encode_programs
-from mlirrl_jax.fuzz import failure_kinds, fuzz
+from mlirrl_jax.fuzz import failure_kinds, fuzz, remainder_tiles
 from mlirrl_jax.measure.fingerprint import machine_fingerprint
 from mlirrl_jax.measure.runner import Runner
 from mlirrl_jax.programs import suites
@@ -77,6 +77,12 @@ def main() -> None:
     )
     transforms = sum(len(o.transforms) for r in results for o in r.schedule.ops)
     print(f"mean transformations per schedule: {transforms / len(results):.2f}")
+    by_name = {p.name: p for p in programs}
+    partial = [r for r in results if remainder_tiles(by_name[r.program], r.schedule)]
+    print(
+        f"schedules with a tile that leaves a partial last one: {len(partial)}, "
+        f"{sum(r.measurement.ok for r in partial)} of them verified"
+    )
     for kind, count in failure_kinds(results).items():
         print(f"  {count:4d}  {kind}")
     failures = [

@@ -17,7 +17,7 @@ from mlirrl_jax.measure.runner import Runner
 from mlirrl_jax.measure.timing import Measurement, TimingMethod
 from mlirrl_jax.programs.ir import Program
 from mlirrl_jax.sampler import EpisodeSampler, random_policy
-from mlirrl_jax.schedule import Schedule
+from mlirrl_jax.schedule import TILE, TILING_KINDS, Schedule
 
 # one verified run and one timed run: the fuzz checks legality, it does not benchmark
 FUZZ_METHOD = TimingMethod(min_repeats=1, min_time_s=0.0)
@@ -51,6 +51,22 @@ def fuzz(
         schedule, actions = sampler.schedule(index, sub)
         measurement = runner.measure(programs[index], schedule, threads=threads, method=FUZZ_METHOD)
         yield FuzzResult(programs[index].name, schedule, actions, measurement)
+
+
+def remainder_tiles(program: Program, schedule: Schedule) -> int:
+    """How many `tile` steps of the schedule leave a partial last tile: a size that does not
+    divide its loop's extent at that level (each op's own tilings; a fused producer's loops
+    shrink further, which this does not follow)."""
+    ops = {op.id: op for op in program.ops}
+    count = 0
+    for entry in schedule.ops:
+        extents = [loop.extent for loop in ops[entry.op].loops]
+        for t in entry.transforms:
+            if t.kind not in TILING_KINDS:
+                continue
+            count += t.kind == TILE and any(s and e % s for s, e in zip(t.sizes, extents))
+            extents = [s or e for s, e in zip(t.sizes, extents)]
+    return count
 
 
 def failure_kinds(results: list[FuzzResult]) -> dict[str, int]:

@@ -21,7 +21,7 @@ VECTORIZE = "vectorize"  # vectorize the (tiled) op; contraction -> FMAs, hoisti
 DECOMPOSE = "decompose"  # 2-D conv/pooling with a size-1 window row -> 1-D, so it vectorizes
 
 KINDS = (TILE, TILE_PARALLEL, TILE_FUSE, INTERCHANGE, VECTORIZE, DECOMPOSE)
-_SIZED = {TILE, TILE_PARALLEL, TILE_FUSE}
+TILING_KINDS = (TILE, TILE_PARALLEL, TILE_FUSE)  # the kinds that take tile sizes
 
 
 class ScheduleError(ValueError):
@@ -39,7 +39,7 @@ class Transform:
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ScheduleError(f"unknown transformation kind {self.kind!r}; known: {KINDS}")
-        if self.kind in _SIZED and not self.sizes:
+        if self.kind in TILING_KINDS and not self.sizes:
             raise ScheduleError(f"{self.kind} needs tile sizes")
         if any(s < 0 for s in self.sizes):
             raise ScheduleError(f"{self.kind}: negative tile size in {self.sizes}")
