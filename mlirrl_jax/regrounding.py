@@ -515,6 +515,7 @@ class Regrounding:
             "machine_id": self.machine,
             "programs": len(learn),
             "held_back_programs": len(held),
+            "held_back": sorted(held),  # by name: the update never saw their rows
             "selection": c.selection,
             "update": c.update,
         }
