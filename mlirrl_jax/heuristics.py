@@ -11,9 +11,9 @@ lanes, as many rows as half its registers hold) and lets a tile leave a partial 
 divides the extent. Version 3 (the default) is version 2 for every op but the memory-bound
 ones (pooling, element-wise), which a register tile only slows down (`bench/memory_bound.py`):
 their outermost parallel loop is split over the threads when the op has the work to pay for
-starting them, and their body is left to LLVM's loop vectorizer when the output's rows are
-whole vectors, else vectorized a row at a time. Versions 1 (32 lanes, 8 rows, divisors only)
-and 2 stay for comparison.
+starting them, and their rows are vectorized one at a time, except an element-wise op's whose
+rows are whole vectors, which LLVM's loop vectorizer handles as well. Versions 1 (32 lanes, 8
+rows, divisors only) and 2 stay for comparison.
 """
 
 from __future__ import annotations
@@ -162,11 +162,14 @@ def memory_bound_schedule(
     op: LinalgOp, threads: int = 1, machine: dict | None = None
 ) -> list[Transform]:
     """Version 3's transformations of a pooling or element-wise op: split over the threads if
-    its work reaches `SPLIT_WORK`; its rows vectorized unless they are whole vectors of this
-    machine (then LLVM vectorizes the plain loop as well)."""
+    its work reaches `SPLIT_WORK`; its rows vectorized, except an element-wise op's whose rows
+    are whole vectors of this machine (LLVM vectorizes that plain loop as well; a pooling
+    window it does not: vectorized rows beat LLVM's loops on pooling on every machine
+    measured, `bench/memory_bound.py`)."""
     steps = split_over_threads(op, threads) if memory_bound_work(op) >= SPLIT_WORK else []
     out_loops = _output_loops(op)
-    if out_loops and op.loops[out_loops[-1]].extent % vector_lanes(machine=machine):
+    whole = out_loops and op.loops[out_loops[-1]].extent % vector_lanes(machine=machine) == 0
+    if op.kind == "pooling" or not whole:
         steps += row_vectorized(op)
     return steps
 

@@ -361,6 +361,8 @@ def test_memory_bound_ops_are_split_by_their_work_and_vectorized_by_their_rows()
     assert kinds(ragged, 1, avx2) == []
     tiny = g.PoolSpec("max", 1, 14, 14, 40, 2, stride=2)  # little work: one thread
     assert kinds(tiny, 2, avx512) == ["tile", "decompose", "vectorize"]
+    pool = g.PoolSpec("max", 1, 56, 56, 64, 2, stride=2)  # a window: rows vectorized anyway
+    assert kinds(pool, 1, avx512) == ["tile", "decompose", "vectorize"]
     matmul = parse_program(g.render(g.MatmulSpec(64, 64, 64)), "mm")
     assert heuristic_schedule(matmul, version=3) == heuristic_schedule(matmul, version=2)
     gelu = parse_program(g.render(g.ElementwiseSpec("gelu", (64, 64))), "gelu").ops[-1]
