@@ -481,9 +481,8 @@ def _merge(old: dict, new: dict) -> dict:
 
     Verified times accumulate (median of per-measurement medians, overall minimum); a
     measurement under another parallel runtime (OpenMP against MLIR's async runtime) is other
-    code, so its times replace the row's. A wrong
-    output anywhere makes the row a wrong output and drops its times: such a schedule is not
-    trusted. A crash or timeout after verified runs is counted, the times are kept.
+    code, so its times replace the row's. A wrong output anywhere makes the row a wrong output
+    and drops its times: such a schedule is not trusted. A crash or timeout after verified runs is counted, the times are kept.
     """
     merged = dict(old)
     merged["n_measured"] = old["n_measured"] + new["n_measured"]
