@@ -12,8 +12,12 @@ divides the extent. Version 3 (the default) is version 2 for every op but the me
 ones (pooling, element-wise), which a register tile only slows down (`bench/memory_bound.py`):
 their outermost parallel loop is split over the threads when the op has the work to pay for
 starting them, and their rows are vectorized one at a time, except an element-wise op's whose
-rows are whole vectors, which LLVM's loop vectorizer handles as well. Versions 1 (32 lanes, 8
-rows, divisors only) and 2 stay for comparison.
+rows are whole vectors, which LLVM's loop vectorizer handles as well. Version 4 (the default)
+is version 3 but for matmul-like ops whose B panel rows reuse (`transform.packable_inputs`,
+at least `PANEL_REUSE` register tiles of rows): their cache tile blocks the lanes loop and the
+reduction (a panel of at most `PANEL_WIDTH` x `PANEL_DEPTH`), and B's tile is packed into a
+contiguous panel per cache tile before the register tile is vectorized. Versions 1 (32 lanes,
+8 rows, divisors only), 2 and 3 stay for comparison.
 """
 
 from __future__ import annotations
@@ -22,10 +26,19 @@ import math
 
 from mlirrl_jax.measure.fingerprint import vector_lanes
 from mlirrl_jax.programs.ir import LinalgOp, Program
-from mlirrl_jax.schedule import DECOMPOSE, TILE, TILE_PARALLEL, VECTORIZE, Schedule, Transform
-from mlirrl_jax.transform import window_loops
+from mlirrl_jax.schedule import (
+    DECOMPOSE,
+    PACK,
+    TILE,
+    TILE_PARALLEL,
+    VECTORIZE,
+    Schedule,
+    Transform,
+)
+from mlirrl_jax.transform import packable_inputs, window_loops
 
-VERSIONS = (1, 2, 3)
+VERSIONS = (1, 2, 3, 4)
+DEFAULT_VERSION = 4
 VECTOR_LANES = 32  # version 1: two AVX-512 registers of f32, four of AVX2
 ROWS = 8  # version 1: rows of the register tile
 CACHE_TILE = 64
@@ -35,6 +48,10 @@ MEMORY_BOUND = ("pooling", "elementwise")  # op kinds version 3 schedules as mem
 # (a 7x7x512 max pool ran 1.5x slower on two threads, a 14x14x1024 add 1.6x faster)
 SPLIT_WORK = 2**18
 TRANSCENDENTAL_COST = 10  # body cost of an exp or another math function, in simple ops
+# version 4: a packed B panel is at most this wide (lanes) and deep (reduction), 256 KiB of f32
+PANEL_WIDTH = 256
+PANEL_DEPTH = 256
+PANEL_REUSE = 4  # pack only if this many register tiles of rows read each panel
 
 
 def largest_divisor(extent: int, limit: int) -> int:
@@ -115,6 +132,33 @@ def cache_tile(op: LinalgOp, reg: tuple[int, ...]) -> tuple[int, ...] | None:
     return tuple(sizes) if any(sizes) else None
 
 
+def panel_tile(op: LinalgOp, reg: tuple[int, ...]) -> tuple[int, ...] | None:
+    """Version 4's cache tile of a packable op: the lanes loop blocked to whole register tiles
+    (at most `PANEL_WIDTH`), each reduction loop to a divisor of at most `PANEL_DEPTH`, the
+    rest whole; None if the op does not pack (`packable_inputs`), the register tile leaves a
+    partial tile, or too few rows reuse the panel."""
+    packed = packable_inputs(op)
+    if not packed:
+        return None
+    out_loops = _output_loops(op)
+    lanes = out_loops[-1]
+    if any(op.loops[i].extent % r for i, r in enumerate(reg)):
+        return None
+    # the register tiles that read one panel: those of the output loops B does not index
+    indexed = {i for row in op.operands[packed[0]].access for i, c in enumerate(row) if c}
+    reuse = math.prod(op.loops[i].extent // reg[i] for i in out_loops if i not in indexed)
+    if reuse < PANEL_REUSE:
+        return None
+    sizes = [0] * op.n_loops
+    tiles = op.loops[lanes].extent // reg[lanes]
+    sizes[lanes] = largest_divisor(tiles, max(1, PANEL_WIDTH // reg[lanes])) * reg[lanes]
+    for i, loop in enumerate(op.loops):
+        if loop.iterator == "reduction":
+            sizes[i] = largest_divisor(loop.extent, PANEL_DEPTH)
+    sizes = [s if s < op.loops[i].extent else 0 for i, s in enumerate(sizes)]
+    return tuple(sizes)
+
+
 def parallel_tile(op: LinalgOp, threads: int, reg: tuple[int, ...]) -> tuple[int, ...] | None:
     """Split the outermost parallel loop that divides into `threads` chunks of whole tiles."""
     for i, loop in enumerate(op.loops):
@@ -175,17 +219,27 @@ def memory_bound_schedule(
 
 
 def op_schedule(
-    op: LinalgOp, threads: int = 1, version: int = 3, machine: dict | None = None
+    op: LinalgOp, threads: int = 1, version: int = DEFAULT_VERSION, machine: dict | None = None
 ) -> list[Transform]:
     """The heuristic transformations of one op."""
     if version >= 3 and op.kind in MEMORY_BOUND:
         return memory_bound_schedule(op, threads, machine)
     reg = register_tile(op, version, machine)
     steps = []
-    if threads > 1:
-        split = parallel_tile(op, threads, reg)
-        if split:
-            steps.append(Transform(TILE_PARALLEL, split))
+    split = parallel_tile(op, threads, reg) if threads > 1 else None
+    if split:
+        steps.append(Transform(TILE_PARALLEL, split))
+    panel = panel_tile(op, reg) if version >= 4 else None
+    if panel and split:  # the panel's blocks must divide each thread's chunk
+        panel = tuple(0 if p and s and s % p else p for p, s in zip(panel, split, strict=True))
+    if panel and any(panel):
+        return [
+            *steps,
+            Transform(TILE, panel),
+            Transform(TILE, reg),
+            Transform(PACK),
+            Transform(VECTORIZE),
+        ]
     outer = cache_tile(op, reg)
     if outer:
         steps.append(Transform(TILE, outer))
@@ -197,7 +251,7 @@ def op_schedule(
 
 
 def heuristic_schedule(
-    program: Program, threads: int = 1, version: int = 3, machine: dict | None = None
+    program: Program, threads: int = 1, version: int = DEFAULT_VERSION, machine: dict | None = None
 ) -> Schedule:
     """A schedule for every op but fills, consumers first (`version`: see the module), for
     `machine` (a `machine_fingerprint()`; default this one).

@@ -19,8 +19,9 @@ TILE_FUSE = "tile_fuse"  # tile_using_forall, then fuse the op's producers into 
 INTERCHANGE = "interchange"  # permute the op's loops (generalizes named ops)
 VECTORIZE = "vectorize"  # vectorize the (tiled) op; contraction -> FMAs, hoisting
 DECOMPOSE = "decompose"  # 2-D conv/pooling with a size-1 window row -> 1-D, so it vectorizes
+PACK = "pack"  # copy the tile of a matmul's B into a contiguous panel per outer tile
 
-KINDS = (TILE, TILE_PARALLEL, TILE_FUSE, INTERCHANGE, VECTORIZE, DECOMPOSE)
+KINDS = (TILE, TILE_PARALLEL, TILE_FUSE, INTERCHANGE, VECTORIZE, DECOMPOSE, PACK)
 TILING_KINDS = (TILE, TILE_PARALLEL, TILE_FUSE)  # the kinds that take tile sizes
 
 

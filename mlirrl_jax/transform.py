@@ -15,6 +15,7 @@ from mlirrl_jax.programs.ir import OP_ID_ATTR, LinalgOp, Program
 from mlirrl_jax.schedule import (
     DECOMPOSE,
     INTERCHANGE,
+    PACK,
     TILE,
     TILE_FUSE,
     TILE_PARALLEL,
@@ -71,6 +72,47 @@ def window_loops(op: LinalgOp) -> list[tuple[int, int]]:
     return pairs
 
 
+def _single_loops(access) -> list[int] | None:
+    """The loop indexing each dimension of an operand, or None if a dimension is not one loop
+    (a sliding window, a constant)."""
+    loops = []
+    for row in access:
+        nonzero = [i for i, c in enumerate(row) if c]
+        if len(nonzero) != 1 or row[nonzero[0]] != 1:
+            return None
+        loops.append(nonzero[0])
+    return loops
+
+
+def packable_inputs(op: LinalgOp) -> list[int]:
+    """The operands (indices among the op's operands) that `pack` copies into panels: the
+    inputs the vector lanes walk (they index the loop of the output's last dimension) and that
+    another output loop reuses (they do not index it), a matmul's B. Empty where the op cannot
+    be packed: an operand indexed otherwise than by single loops (a sliding window, a
+    scalar), no output loop to reuse the panel across, or no reduction (an element-wise op
+    reads each input element once per output element anyway)."""
+    if not op.inputs or not any(loop.iterator == "reduction" for loop in op.loops):
+        return []
+    access = [_single_loops(o.access) for o in op.operands]
+    if any(a is None or not a for a in access):
+        return []
+    out_loops = access[len(op.inputs)]
+    if len(out_loops) < 2:
+        return []
+    lanes = out_loops[-1]
+    return [
+        k
+        for k, loops in enumerate(access[: len(op.inputs)])
+        if lanes in loops and any(i not in loops for i in out_loops[:-1])
+    ]
+
+
+def _zero(element_type: str) -> str:
+    return (
+        f"0.0 : {element_type}" if element_type.startswith(("f", "bf")) else f"0 : {element_type}"
+    )
+
+
 @dataclass
 class _OpState:
     handle: str
@@ -86,6 +128,8 @@ class _OpState:
     # op's tiling is done, so that every copy of the op has static shapes
     to_peel: list[str] = field(default_factory=list)
     ragged: set[int] = field(default_factory=set)  # original loops with a partial tile
+    last_loops: int = 0  # scf.for loops the last step made, if it was a tiling (for `pack`)
+    packed: bool = False
 
 
 class _Builder:
@@ -153,6 +197,64 @@ class _Builder:
                 state.to_peel.append(loop)
                 state.ragged.add(i)
         self._shrink(state, sizes)
+        state.last_loops = n
+
+    def pack(self, op: LinalgOp, state: _OpState) -> None:
+        """Pad each of `packable_inputs` at the tile's shape (a copy that does not fold away),
+        hoist the copies out of the loops of the last tiling (into one panel per outer tile,
+        laid out in the order the inner loops read it) and vectorize them: a matmul's B rows
+        are read at unit stride from the panel instead of one row of B per reduction step."""
+        inputs = packable_inputs(op)
+        if not inputs:
+            raise ScheduleError(
+                f"op {op.id}: pack needs an op whose vector lanes walk an input that another"
+                " output loop reuses (a matmul's B), every operand indexed by single loops"
+            )
+        if state.packed or not state.last_loops:
+            raise ScheduleError(
+                f"op {op.id}: pack comes once, right after a tiling whose loops it hoists the"
+                " panel out of"
+            )
+        if state.ragged & set(state.order) or state.partial & set(state.order):
+            raise ScheduleError(f"op {op.id}: pack needs whole tiles (no partial last tile)")
+        flags = [int(k in inputs) for k in range(len(op.operands))]
+        values = ", ".join(_zero(o.element_type) for o in op.operands)
+        padded, pads, copy = self.fresh("padded"), self.fresh("pads"), self.fresh("copy")
+        self.emit(
+            f"{padded}, {pads}, {copy} = transform.structured.pad {state.handle} {{padding_values"
+            f" = [{values}], padding_dimensions = {list(range(len(state.order)))}, nofold_flags"
+            f' = {flags}, copy_back_op = "none"}} : ({ANY}) -> ({ANY}, {ANY}, {ANY})'
+        )
+        each = [self.fresh("pad") for _ in inputs]
+        if len(each) > 1:
+            self.emit(
+                f"{', '.join(each)} = transform.split_handle {pads} : ({ANY}) -> "
+                f"({', '.join([ANY] * len(each))})"
+            )
+        else:
+            each = [pads]
+        hoisted = []
+        for pad in each:
+            hoisted.append(self.fresh("panel"))
+            self.emit(
+                f"{hoisted[-1]} = transform.structured.hoist_pad {pad} by {state.last_loops}"
+                f" loops : ({ANY}) -> {ANY}"
+            )
+        func = self.match_func()
+        self.emit(f"transform.apply_patterns to {func} {{")  # the panels' shapes become static
+        self.emit("  transform.apply_patterns.canonicalization")
+        self.emit(f"}} : {ANY}")
+        for k, panel in zip(inputs, hoisted):
+            shape = [state.extents[i] for i in _single_loops(op.operands[k].access)]
+            self.emit(f"transform.structured.vectorize {panel} vector_sizes {shape} : {ANY}")
+        again = self.fresh("op")
+        self.emit(
+            f"{again} = transform.structured.match attributes {{{OP_ID_ATTR} = {op.id} : i64}}"
+            f" in %root : ({ANY}) -> {ANY}"
+        )
+        state.handle = again
+        state.packed = True
+        self.vectorized = True  # the panels' transfers get the cleanup
 
     def peel(self, op: LinalgOp, state: _OpState) -> None:
         """Split each partial scf.for into its whole tiles and the last, partial one, then
@@ -317,6 +419,7 @@ class _Builder:
                 )
             op, state = known[op_schedule.op], self.states[op_schedule.op]
             for step in op_schedule.transforms:
+                last_loops, state.last_loops = state.last_loops, 0
                 if step.kind == TILE:
                     self.tile(op, state, step.sizes)
                 elif step.kind in (TILE_PARALLEL, TILE_FUSE):
@@ -328,6 +431,10 @@ class _Builder:
                 elif step.kind == DECOMPOSE:
                     self.peel(op, state)
                     self.decompose(op, state)
+                elif step.kind == PACK:
+                    state.last_loops = last_loops
+                    self.pack(op, state)
+                    state.last_loops = 0
                 elif step.kind == VECTORIZE:
                     self.peel(op, state)
                     self.vectorize(op, state)

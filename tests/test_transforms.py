@@ -17,14 +17,16 @@ from mlirrl_jax.programs.ir import Program, parse_program
 from mlirrl_jax.schedule import (
     DECOMPOSE,
     INTERCHANGE,
+    PACK,
     TILE,
     TILE_FUSE,
     TILE_PARALLEL,
     VECTORIZE,
     Schedule,
+    ScheduleError,
     Transform,
 )
-from mlirrl_jax.transform import window_loops
+from mlirrl_jax.transform import packable_inputs, transform_script, window_loops
 
 QUICK = TimingMethod(min_repeats=1, min_time_s=0.0)
 
@@ -181,6 +183,41 @@ def memory_bound_rows(program: Program) -> Schedule:
     )
 
 
+def _packed_steps(op, extents) -> list:
+    """Every loop halved, then a register tile of up to 4 per parallel loop and 1 per
+    reduction, B packed, vectorized (divisors only: `pack` needs whole tiles)."""
+    outer = tuple(_half(e) for e in extents)
+    inner = tuple(
+        largest_divisor(o, 4) if loop.iterator == "parallel" else 1
+        for loop, o in zip(op.loops, outer, strict=True)
+    )
+    return [Transform(TILE, outer), Transform(TILE, inner), Transform(PACK), Transform(VECTORIZE)]
+
+
+def packed(program: Program) -> Schedule:
+    return Schedule.of(
+        [(op.id, _packed_steps(op, op.extents)) for op in program.ops[::-1] if packable_inputs(op)]
+    )
+
+
+def packed_parallel(program: Program) -> Schedule:
+    """The rows split over two threads, then `packed`'s steps inside each chunk."""
+    per_op = []
+    for op in program.ops[::-1]:
+        if not packable_inputs(op):
+            continue
+        rows = next(
+            i for i, e in enumerate(op.extents) if op.loops[i].iterator == "parallel" and e > 1
+        )
+        split = [0] * op.n_loops
+        split[rows] = _half(op.extents[rows])
+        extents = [split[i] or e for i, e in enumerate(op.extents)]
+        per_op.append(
+            (op.id, [Transform(TILE_PARALLEL, tuple(split)), *_packed_steps(op, extents)])
+        )
+    return Schedule.of(per_op)
+
+
 VARIANTS = {
     "tile": tiled,
     "tile_parallel": parallel,
@@ -193,6 +230,8 @@ VARIANTS = {
     "interchanged_partial": interchanged_partial,
     "parallel_partial": parallel_partial,
     "memory_bound_rows": memory_bound_rows,
+    "pack": packed,
+    "pack_parallel": packed_parallel,
 }
 
 
@@ -206,7 +245,11 @@ def programs():
 def test_transformation_compiles_and_verifies(runner, programs, name, variant):
     program = programs[name]
     schedule = VARIANTS[variant](program)
-    threads = 2 if variant in ("tile_parallel", "parallel_partial", "memory_bound_rows") else 1
+    threads = (
+        2
+        if variant in ("tile_parallel", "parallel_partial", "memory_bound_rows", "pack_parallel")
+        else 1
+    )
     if not schedule.ops:
         pytest.skip(f"{variant} has nothing to do on {name}")
     m = runner.measure(program, schedule, threads=threads, method=QUICK)
@@ -341,7 +384,7 @@ def test_the_heuristic_sizes_its_register_tile_from_the_machine():
     assert register_tile(op, machine=avx2) == (1, 4, 1, 16, 1, 1, 1)  # two AVX2 vectors
     assert register_tile(op, version=1) == (1, 8, 1, 26, 1, 1, 1)
     with pytest.raises(ValueError, match="version"):
-        heuristic_schedule(conv, version=4)
+        heuristic_schedule(conv, version=5)
 
 
 def test_memory_bound_ops_are_split_by_their_work_and_vectorized_by_their_rows():
@@ -400,3 +443,36 @@ def test_a_large_multi_dimensional_forall_is_right_on_two_threads(runner):
         )
         m = runner.measure(chain, mixed, threads=2, method=QUICK)
         assert m.status == "compile_error" and "same number" in m.error
+
+
+def test_pack_copies_b_only_and_refuses_what_it_cannot_pack(programs):
+    matmul = programs["matmul"]
+    op = matmul.ops[1]
+    assert packable_inputs(op) == [1]  # B: the lanes walk it, the rows reuse it; not A
+    script = transform_script(matmul, packed(matmul))
+    assert "nofold_flags = [0, 1, 0]" in script and "hoist_pad" in script
+    for name in ("conv_nhwc", "pool_max", "add"):  # windows, or nothing reuses a panel
+        assert not any(packable_inputs(o) for o in programs[name].ops), name
+    whole = Schedule.of({1: [Transform(PACK)]})
+    with pytest.raises(ScheduleError, match="right after a tiling"):
+        transform_script(matmul, whole)
+    ragged = Schedule.of({1: [Transform(TILE, (0, 24, 0)), Transform(PACK)]})  # 64 = 2 x 24 + 16
+    with pytest.raises(ScheduleError, match="whole tiles"):
+        transform_script(matmul, ragged)
+
+
+def test_heuristic_v4_packs_a_large_matmul_and_the_state_scores_it_unpacked():
+    from mlirrl_jax.env.replay import schedule_to_actions, state_of_schedule
+
+    program = parse_program(g.render(g.MatmulSpec(256, 512, 1024)), "matmul_large")
+    v4 = heuristic_schedule(program, version=4)
+    steps = v4.transforms_of(1)
+    assert [t.kind for t in steps] == [TILE, TILE, PACK, VECTORIZE]
+    assert steps[0].sizes[2] and steps[0].sizes[2] <= 256  # the reduction is blocked
+    unpacked = Schedule.of({1: [t for t in steps if t.kind != PACK]})
+    state, plain = state_of_schedule(program, v4), state_of_schedule(program, unpacked)
+    assert not state.differences(plain)
+    with pytest.raises(ScheduleError, match="no pack"):
+        schedule_to_actions(program, v4)  # a stored packed row is not learnt from
+    small = parse_program(g.render(g.MatmulSpec(8, 512, 64)), "matmul_one_row_tile")
+    assert all(t.kind != PACK for t in heuristic_schedule(small, version=4).transforms_of(1))

@@ -34,7 +34,7 @@ from mlirrl_jax.actions import (
 )
 from mlirrl_jax.env.state import CONTENT_FIELDS, EnvState, check_fits
 from mlirrl_jax.programs.ir import Program
-from mlirrl_jax.schedule import Schedule, ScheduleError, Transform
+from mlirrl_jax.schedule import PACK, Schedule, ScheduleError, Transform
 from mlirrl_jax.transform import window_loops
 
 # The schedule's content (`CONTENT_FIELDS`: a function of the Schedule alone) plus the step
@@ -191,12 +191,15 @@ KIND_OF_TRANSFORM = {name: kind for kind, name in enumerate(KIND_NAMES) if kind 
 def state_of_schedule(program: Program, schedule: Schedule) -> HostState:
     """The finished state a whole Schedule describes, any tile sizes included (not only the
     action space's candidates): what a cost model reads to score, say, the heuristic's
-    schedule. A tile as large as its loop tiles nothing and is recorded as 0."""
+    schedule. A tile as large as its loop tiles nothing and is recorded as 0.
+
+    The action space has no `pack` (heuristic version 4 packs matmul panels): the state of a
+    packed schedule is its unpacked schedule's, so a model scores it as unpacked."""
     state = HostState.initial(program)
     for op in reversed(program.ops):
         if state.cursor != op.id:  # the episode's op order: consumers first, by id
             raise ScheduleError(f"{program.name}: op {op.id} out of the order the ops have")
-        transforms = schedule.transforms_of(op.id)
+        transforms = [t for t in schedule.transforms_of(op.id) if t.kind != PACK]
         for t in transforms:
             kind = KIND_OF_TRANSFORM[t.kind]
             sizes = None
@@ -266,6 +269,8 @@ def schedule_to_actions(
     actions = []
     for op in reversed(program.ops):
         transforms = schedule.transforms_of(op.id)
+        if any(t.kind == PACK for t in transforms):  # a packed schedule is not learnt from
+            raise ScheduleError(f"op {op.id}: the action space has no {PACK}")
         for t in transforms:
             if t.kind == "interchange":
                 for loop in t.permutation[:-1]:
