@@ -20,6 +20,7 @@ from mlirrl_jax.measure.fingerprint import machine_fingerprint
 from mlirrl_jax.measure.runner import Runner
 from mlirrl_jax.programs import suites
 from mlirrl_jax.programs.ir import load_program
+from mlirrl_jax.schedule import PACK
 
 
 def main() -> None:
@@ -82,6 +83,13 @@ def main() -> None:
     print(
         f"schedules with a tile that leaves a partial last one: {len(partial)}, "
         f"{sum(r.measurement.ok for r in partial)} of them verified"
+    )
+    packed = [
+        r for r in results if any(t.kind == PACK for o in r.schedule.ops for t in o.transforms)
+    ]
+    print(
+        f"schedules that pack an op: {len(packed)}, "
+        f"{sum(r.measurement.ok for r in packed)} of them verified"
     )
     for kind, count in failure_kinds(results).items():
         print(f"  {count:4d}  {kind}")

@@ -1,10 +1,11 @@
-"""Packed B panels (heuristic version 4) against version 3 on matmul-like ops.
+"""Packed panels (heuristic version 4) against version 3: a matmul's B, a convolution's filter.
 
-For each program whose version-4 schedule packs (the matmul and batch-matmul layers of dl-v0
-and awkward-v0), at each thread count, in one run and one worker, every output verified:
-heuristic v3 (cache tile of at most 64, register tile, vectorization) and v4 (cache tile
-blocking the lanes loop and the reduction into a panel, register tile, B packed per panel,
-vectorization). Both are measured `--repeats` times, interleaved, and compared by medians.
+For each program whose version-4 schedule packs (of awkward-v0, dl-v0's test split and every
+matmul and batch matmul of dl-v0), at each thread count, in one run and one worker, every output verified:
+heuristic v3 (cache tile of at most 64, register tile, decomposition of a window,
+vectorization) and v4 (matmuls: cache tile blocking the lanes loop and the reduction into a
+panel, register tile, B packed per panel, vectorization; convolutions: v3's tiles, the filter
+packed per cache tile, decomposition, vectorization). Both are measured `--repeats` times, interleaved, and compared by medians.
 Prints GFLOP/s, the share of the machine's measured FMA peak (`measure/peak.py`, times the
 thread count) and v4 / v3 per program, and the geomean ratio per thread count.
 
@@ -33,11 +34,14 @@ VERSIONS = (3, 4)
 
 
 def programs() -> list[Program]:
-    entries = [*suites.suite("awkward-v0"), *suites.suite("dl-v0")]
-    found = []
+    """awkward-v0, dl-v0's matmuls and batch matmuls, and dl-v0's test split: where v4 packs."""
+    entries = [*suites.suite("awkward-v0"), *suites.split("dl-v0", "test")]
+    entries += [e for e in suites.suite("dl-v0") if e.kind in ("matmul", "batch_matmul")]
+    found, seen = [], set()
     for e in entries:
-        if e.kind not in ("matmul", "batch_matmul"):
+        if e.uri in seen:
             continue
+        seen.add(e.uri)
         program = load_program(e.uri)
         packs = heuristic_schedule(program, 1, version=4)
         if any(t.kind == PACK for o in packs.ops for t in o.transforms):

@@ -30,7 +30,7 @@ from mlirrl_jax.env.reward import AnalyticLogTime
 from mlirrl_jax.env.state import EnvState, ProgramTable, slot_sizes, trim_ops, trim_table
 from mlirrl_jax.host_devices import on_each_device
 
-FEATURE_VERSION = 3  # bump when features change: old checkpoints then refuse to load
+FEATURE_VERSION = 4  # bump when features change: old checkpoints then refuse to load
 PREDICT_CHUNK = 256  # rows per step of `CostModel.predictor`
 
 

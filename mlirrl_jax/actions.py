@@ -5,7 +5,7 @@ tiling kinds also read one tile-size choice per loop, and interchange reads the 
 the permutation is built one level at a time, each sub-step pointing at a loop not yet placed.
 
 Kinds follow a fixed order within an op (the step grammar), each at most once except tiling
-(two levels): parallel tiling or tiled fusion, interchange, tiling, decomposition,
+(two levels): parallel tiling or tiled fusion, interchange, tiling, packing, decomposition,
 vectorization, then the next op. A schedule is therefore a function of what was chosen, not of
 the order it was chosen in, and the same state is reached by any replay of the same choices.
 """
@@ -22,7 +22,7 @@ from mlirrl_jax.measure.fingerprint import vector_lanes
 
 # Bump when the action space changes (heads, their sizes, tile candidates, the grammar): a
 # policy trained on another one refuses to load (`agent.checkpoint`).
-ACTION_SPACE_VERSION = 2
+ACTION_SPACE_VERSION = 3
 MAX_OPS = 8  # ops per program the environments accept
 MAX_LOOPS = 8  # loops per op
 N_DIVISOR_CHOICES = 8  # per loop: "no tiling" + up to 7 divisors of the extent
@@ -33,8 +33,17 @@ VECTOR_BUDGET = 4096  # most iteration points a vectorized op may have (bounds c
 _REGISTER_FRIENDLY = (1, 8, 16, 32, 64)
 
 # Kind head
-NEXT, TILE_PARALLEL, TILE_FUSE, INTERCHANGE, TILE, DECOMPOSE, VECTORIZE = range(7)
-KIND_NAMES = ("next", "tile_parallel", "tile_fuse", "interchange", "tile", "decompose", "vectorize")
+NEXT, TILE_PARALLEL, TILE_FUSE, INTERCHANGE, TILE, DECOMPOSE, VECTORIZE, PACK = range(8)
+KIND_NAMES = (
+    "next",
+    "tile_parallel",
+    "tile_fuse",
+    "interchange",
+    "tile",
+    "decompose",
+    "vectorize",
+    "pack",
+)
 N_KINDS = len(KIND_NAMES)
 
 # Which tile mask a kind's tile heads read
@@ -60,8 +69,10 @@ GRAMMAR = {
     TILE_FUSE: KindRule(phase=1, repeats=1, tiles=PARALLEL_TILES, pointer=False, ends_op=False),
     INTERCHANGE: KindRule(phase=2, repeats=1, tiles=NO_TILES, pointer=True, ends_op=False),
     TILE: KindRule(phase=3, repeats=2, tiles=SEQUENTIAL_TILES, pointer=False, ends_op=False),
-    DECOMPOSE: KindRule(phase=4, repeats=1, tiles=NO_TILES, pointer=False, ends_op=False),
-    VECTORIZE: KindRule(phase=5, repeats=1, tiles=NO_TILES, pointer=False, ends_op=True),
+    DECOMPOSE: KindRule(phase=5, repeats=1, tiles=NO_TILES, pointer=False, ends_op=False),
+    VECTORIZE: KindRule(phase=6, repeats=1, tiles=NO_TILES, pointer=False, ends_op=True),
+    # B's (a filter's) tile copied into a panel per outer tile, right after the tiling
+    PACK: KindRule(phase=4, repeats=1, tiles=NO_TILES, pointer=False, ends_op=False),
 }
 assert sorted(GRAMMAR) == list(range(N_KINDS))
 MAX_TILE_LEVELS = GRAMMAR[TILE].repeats

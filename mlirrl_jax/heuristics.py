@@ -13,10 +13,12 @@ ones (pooling, element-wise), which a register tile only slows down (`bench/memo
 their outermost parallel loop is split over the threads when the op has the work to pay for
 starting them, and their rows are vectorized one at a time, except an element-wise op's whose
 rows are whole vectors, which LLVM's loop vectorizer handles as well. Version 4 (the default)
-is version 3 but for matmul-like ops whose B panel rows reuse (`transform.packable_inputs`,
-at least `PANEL_REUSE` register tiles of rows): their cache tile blocks the lanes loop and the
-reduction (a panel of at most `PANEL_WIDTH` x `PANEL_DEPTH`), and B's tile is packed into a
-contiguous panel per cache tile before the register tile is vectorized. Versions 1 (32 lanes,
+is version 3 but for ops with an input to pack (`packs`: a matmul's B, a convolution's
+filter, read by at least `PANEL_REUSE` register tiles of rows): a matmul-like op's cache tile
+blocks the lanes loop and the reduction (a panel of at most `PANEL_WIDTH` x `PANEL_DEPTH`),
+and B's tile is packed into a contiguous panel per cache tile before the register tile is
+vectorized; a convolution keeps version 3's tiles and packs its filter per cache tile before
+it decomposes. Versions 1 (32 lanes,
 8 rows, divisors only), 2 and 3 stay for comparison.
 """
 
@@ -132,23 +134,27 @@ def cache_tile(op: LinalgOp, reg: tuple[int, ...]) -> tuple[int, ...] | None:
     return tuple(sizes) if any(sizes) else None
 
 
+def packs(op: LinalgOp, reg: tuple[int, ...]) -> bool:
+    """Whether version 4 packs the op under register tile `reg`: it has an input to pack
+    (`packable_inputs`), the register tile leaves no partial tile, and at least `PANEL_REUSE`
+    register tiles of the output loops the packed input does not index read each panel."""
+    packed = packable_inputs(op)
+    if not packed or any(op.loops[i].extent % r for i, r in enumerate(reg)):
+        return False
+    indexed = {i for row in op.operands[packed[0]].access for i, c in enumerate(row) if c}
+    out_loops = _output_loops(op)
+    reuse = math.prod(op.loops[i].extent // reg[i] for i in out_loops if i not in indexed)
+    return reuse >= PANEL_REUSE
+
+
 def panel_tile(op: LinalgOp, reg: tuple[int, ...]) -> tuple[int, ...] | None:
     """Version 4's cache tile of a packable op: the lanes loop blocked to whole register tiles
     (at most `PANEL_WIDTH`), each reduction loop to a divisor of at most `PANEL_DEPTH`, the
     rest whole; None if the op does not pack (`packable_inputs`), the register tile leaves a
     partial tile, or too few rows reuse the panel."""
-    packed = packable_inputs(op)
-    if not packed:
+    if window_loops(op) or not packs(op, reg):
         return None
-    out_loops = _output_loops(op)
-    lanes = out_loops[-1]
-    if any(op.loops[i].extent % r for i, r in enumerate(reg)):
-        return None
-    # the register tiles that read one panel: those of the output loops B does not index
-    indexed = {i for row in op.operands[packed[0]].access for i, c in enumerate(row) if c}
-    reuse = math.prod(op.loops[i].extent // reg[i] for i in out_loops if i not in indexed)
-    if reuse < PANEL_REUSE:
-        return None
+    lanes = _output_loops(op)[-1]
     sizes = [0] * op.n_loops
     tiles = op.loops[lanes].extent // reg[lanes]
     sizes[lanes] = largest_divisor(tiles, max(1, PANEL_WIDTH // reg[lanes])) * reg[lanes]
@@ -241,9 +247,14 @@ def op_schedule(
             Transform(VECTORIZE),
         ]
     outer = cache_tile(op, reg)
-    if outer:
+    pack = version >= 4 and bool(window_loops(op)) and packs(op, reg)
+    if pack and outer and split:  # whole tiles in each thread's chunk, or no cache tile
+        outer = tuple(0 if o and s and s % o else o for o, s in zip(outer, split, strict=True))
+    if outer and any(outer):
         steps.append(Transform(TILE, outer))
     steps.append(Transform(TILE, reg))
+    if pack:  # the filter's tile, packed per cache tile, before the window decomposes
+        steps.append(Transform(PACK))
     if window_loops(op):
         steps.append(Transform(DECOMPOSE))
     steps.append(Transform(VECTORIZE))

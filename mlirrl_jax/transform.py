@@ -86,25 +86,25 @@ def _single_loops(access) -> list[int] | None:
 
 def packable_inputs(op: LinalgOp) -> list[int]:
     """The operands (indices among the op's operands) that `pack` copies into panels: the
-    inputs the vector lanes walk (they index the loop of the output's last dimension) and that
-    another output loop reuses (they do not index it), a matmul's B. Empty where the op cannot
-    be packed: an operand indexed otherwise than by single loops (a sliding window, a
-    scalar), no output loop to reuse the panel across, or no reduction (an element-wise op
-    reads each input element once per output element anyway)."""
-    if not op.inputs or not any(loop.iterator == "reduction" for loop in op.loops):
+    inputs indexed by single loops that the vector lanes walk (they index the loop of the
+    output's last dimension) and that another output loop reuses (they do not index it): a
+    matmul's B, a convolution's filter. Empty where the op cannot be packed: an output
+    indexed otherwise than by single loops, no output loop to reuse a panel across, or no
+    reduction (an element-wise op reads each input element once per output element anyway)."""
+    if not op.inputs or len(op.outputs) != 1:
         return []
-    access = [_single_loops(o.access) for o in op.operands]
-    if any(a is None or not a for a in access):
+    if not any(loop.iterator == "reduction" for loop in op.loops):
         return []
-    out_loops = access[len(op.inputs)]
-    if len(out_loops) < 2:
+    out_loops = _single_loops(op.outputs[0].access)
+    if not out_loops or len(out_loops) < 2:
         return []
     lanes = out_loops[-1]
-    return [
-        k
-        for k, loops in enumerate(access[: len(op.inputs)])
-        if lanes in loops and any(i not in loops for i in out_loops[:-1])
-    ]
+    packed = []
+    for k, operand in enumerate(op.inputs):
+        loops = _single_loops(operand.access)
+        if loops and lanes in loops and any(i not in loops for i in out_loops[:-1]):
+            packed.append(k)
+    return packed
 
 
 def _zero(element_type: str) -> str:
@@ -128,7 +128,7 @@ class _OpState:
     # op's tiling is done, so that every copy of the op has static shapes
     to_peel: list[str] = field(default_factory=list)
     ragged: set[int] = field(default_factory=set)  # original loops with a partial tile
-    last_loops: int = 0  # scf.for loops the last step made, if it was a tiling (for `pack`)
+    last_loops: int = 0  # scf.for loops of the last tiling, if nothing but tilings followed
     packed: bool = False
 
 
@@ -197,18 +197,20 @@ class _Builder:
                 state.to_peel.append(loop)
                 state.ragged.add(i)
         self._shrink(state, sizes)
-        state.last_loops = n
+        if n:  # a tiling that tiles nothing leaves the last one's loops innermost
+            state.last_loops = n
 
     def pack(self, op: LinalgOp, state: _OpState) -> None:
         """Pad each of `packable_inputs` at the tile's shape (a copy that does not fold away),
         hoist the copies out of the loops of the last tiling (into one panel per outer tile,
         laid out in the order the inner loops read it) and vectorize them: a matmul's B rows
-        are read at unit stride from the panel instead of one row of B per reduction step."""
+        (a convolution's filter rows) are read at unit stride from the panel instead of one
+        row of the whole matrix per reduction step. A sliding window decomposes after it."""
         inputs = packable_inputs(op)
         if not inputs:
             raise ScheduleError(
-                f"op {op.id}: pack needs an op whose vector lanes walk an input that another"
-                " output loop reuses (a matmul's B), every operand indexed by single loops"
+                f"op {op.id}: pack needs a reduction whose vector lanes walk an input that"
+                " another output loop reuses (a matmul's B, a convolution's filter)"
             )
         if state.packed or not state.last_loops:
             raise ScheduleError(
@@ -419,7 +421,8 @@ class _Builder:
                 )
             op, state = known[op_schedule.op], self.states[op_schedule.op]
             for step in op_schedule.transforms:
-                last_loops, state.last_loops = state.last_loops, 0
+                if step.kind not in (TILE, PACK):  # `pack` hoists out of the last tiling only
+                    state.last_loops = 0
                 if step.kind == TILE:
                     self.tile(op, state, step.sizes)
                 elif step.kind in (TILE_PARALLEL, TILE_FUSE):
@@ -432,9 +435,7 @@ class _Builder:
                     self.peel(op, state)
                     self.decompose(op, state)
                 elif step.kind == PACK:
-                    state.last_loops = last_loops
                     self.pack(op, state)
-                    state.last_loops = 0
                 elif step.kind == VECTORIZE:
                     self.peel(op, state)
                     self.vectorize(op, state)

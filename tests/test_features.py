@@ -33,9 +33,9 @@ def matmul():
     return parse_program(g.render(spec), spec.name)
 
 
-def _state(program, schedule: dict):
-    table = encode_programs([program])
-    actions = padded_actions(program, Schedule.from_json({"format": 1, "ops": schedule}))
+def _state(program, schedule: dict, lanes: int = 8):
+    table = encode_programs([program], lanes)  # vectors of `lanes` f32, whatever this machine
+    actions = padded_actions(program, Schedule.from_json({"format": 1, "ops": schedule}), lanes)
     return table, run_actions(table, jnp.int32(0), jnp.asarray(actions))
 
 
@@ -94,7 +94,7 @@ def _nest(table, state, op):
     """The nest part of an op's locality features, unscaled: (loops, working sets) with a row
     per nest loop, innermost first."""
     f = np.asarray(locality_features(table, state))[op]
-    start = N_LEVELS * (MAX_OPERANDS + 2) + 1 + 2 * MAX_OPERANDS
+    start = N_LEVELS * (MAX_OPERANDS + 2) + 1 + 3 * MAX_OPERANDS
     loops = f[start : start + N_NEST * NEST_LOOP_FEATURES].reshape(N_NEST, NEST_LOOP_FEATURES)
     sets = f[start + N_NEST * NEST_LOOP_FEATURES :][: N_NEST * (MAX_OPERANDS + 1)]
     return loops, sets.reshape(N_NEST, MAX_OPERANDS + 1) * 32
@@ -167,6 +167,11 @@ def test_a_vectorized_tile_is_one_operation_of_the_nest(matmul):
     assert transfers == pytest.approx(np.log2([8, 1, 8]))  # A's rows are one element long
     assert run == pytest.approx(np.log2([1, 16, 16]))
     assert code[-1] == pytest.approx(np.log2(1 + 2 + 16 + 1))  # 8-lane registers, log2(n + 1)
+    table16, state16 = _state(
+        matmul, [{"op": op, "transforms": [*TILED, {"kind": "vectorize"}]}], lanes=16
+    )
+    code16 = np.asarray(locality_features(table16, state16))[op, -(3 * MAX_OPERANDS + 1) :] * 16
+    assert code16[-1] == pytest.approx(np.log2(1 + 1 + 8 + 1))  # on a machine of 16 lanes
     unvectorized = _state(matmul, [{"op": op, "transforms": TILED}])[1]
     assert not np.asarray(locality_features(table, unvectorized))[op, -13:].any()
 
@@ -190,3 +195,52 @@ def test_features_are_finite_and_bounded_on_random_episodes(kernel_programs, ker
                 for row in _nest(table, state, op)[0]:
                     assert not row[:N_LEVELS].any() or row[N_LEVELS] > 0
     assert LOCALITY_FEATURES == np.asarray(locality_features(table, states[-1])).shape[1]
+
+
+def test_partial_vectors_partial_tiles_and_packing_are_features():
+    from mlirrl_jax.env.features import STATIC_OP_FEATURES
+    from mlirrl_jax.env.replay import state_of_schedule
+
+    program = parse_program(g.render(g.MatmulSpec(M, N, K)), "matmul_v4")
+    table = encode_programs([program], lanes=8)
+    op = next(o for o in program.ops if o.kind == "matmul").id
+
+    def of(steps):
+        schedule = Schedule.from_json({"format": 1, "ops": [{"op": op, "transforms": steps}]})
+        state = state_of_schedule(program, schedule).to_env_state(0)
+        f = features(table, state).op_features[op]
+        flags = np.asarray(f[STATIC_OP_FEATURES + 9 : STATIC_OP_FEATURES + 11])  # ragged, packed
+        local = np.asarray(locality_features(table, state)[op])
+        at = N_LEVELS * (MAX_OPERANDS + 2) + 1
+        whole = local[at + MAX_OPERANDS :][:3]  # A, B, C
+        idle = local[at + 2 * MAX_OPERANDS :][:3]
+        return flags.tolist(), whole.tolist(), idle.tolist()
+
+    vectorize = {"kind": "vectorize"}
+    # 12 of 96 lanes: one and a half 8-lane vectors, a quarter of the last one idle
+    assert of([{"kind": "tile", "sizes": [8, 12, 1]}, vectorize]) == (
+        [0.0, 0.0],
+        [0.0, 0.0, 0.0],
+        pytest.approx([0.875, 0.25, 0.25]),  # A's rows: 1 of 8 lanes
+    )
+    # 40 does not divide 96: a partial last tile, peeled; 5 whole 8-lane vectors
+    flags, whole, idle = of([{"kind": "tile", "sizes": [8, 40, 1]}, vectorize])
+    assert flags == [1.0, 0.0] and whole == [0.0, 1.0, 1.0] and idle == [0.875, 0.0, 0.0]
+    packed = [{"kind": "tile", "sizes": [0, 32, 64]}, {"kind": "tile", "sizes": [8, 16, 1]}]
+    assert of([*packed, {"kind": "pack"}, vectorize])[0] == [0.0, 1.0]
+    # on a 16-lane machine the same 8 x 16 tile fills whole vectors; 8 x 24 does not
+    wide = encode_programs([program], lanes=16)
+    state = state_of_schedule(
+        program,
+        Schedule.from_json(
+            {
+                "format": 1,
+                "ops": [
+                    {"op": op, "transforms": [{"kind": "tile", "sizes": [8, 24, 1]}, vectorize]}
+                ],
+            }
+        ),
+    ).to_env_state(0)
+    local = np.asarray(locality_features(wide, state)[op])
+    at = N_LEVELS * (MAX_OPERANDS + 2) + 1
+    assert local[at + 2 * MAX_OPERANDS :][:3].tolist() == pytest.approx([0.9375, 0.25, 0.25])

@@ -21,6 +21,7 @@ from mlirrl_jax.env.replay import (
     CONTENT_FIELDS,
     HostState,
     replay,
+    schedule_of,
     schedule_to_actions,
     state_of_schedule,
 )
@@ -306,3 +307,34 @@ def test_a_remainder_tile_is_offered_to_tiling_never_to_a_forall(runner):
         assert np.array_equal(np.asarray(getattr(one(state), name)), getattr(host, name)), name
     measured = runner.measure(program, schedule)
     assert measured.ok and measured.verified, measured.error
+
+
+def test_a_packed_convolution_replays_in_grammar_order_and_jax_agrees():
+    from cost_model.dataset import padded_actions
+    from mlirrl_jax.env.jax_env import run_actions
+    from mlirrl_jax.schedule import Schedule, Transform
+
+    program = parse_program(g.render(g.Conv2dSpec("nhwc", 1, 10, 10, 8, 32, 3)), "conv_pack")
+    op = next(o for o in program.ops if o.kind != "fill").id  # loops n, oh, ow, f, kh, kw, c
+    schedule = Schedule.of(
+        {
+            op: [
+                Transform("tile", (0, 0, 0, 16, 0, 0, 0)),
+                Transform("tile", (0, 1, 4, 8, 1, 1, 1)),
+                Transform("pack"),
+                Transform("decompose"),
+                Transform("vectorize"),
+            ]
+        }
+    )
+    host = state_of_schedule(program, schedule)
+    assert host.packed[op] and host.decomposed[op] and not host.ragged[op]
+    assert schedule_of(program, host) == schedule  # pack before decompose, as the grammar
+    table = encode_programs([program], lanes=8)
+    actions = padded_actions(program, schedule, lanes=8)
+    state = run_actions(table, jnp.int32(0), jnp.asarray(actions))
+    # the masks offered `pack` (a refused kind would have been replaced: not packed)
+    assert HostState.from_env_state(state).differences(host, CONTENT_FIELDS) == []
+    # a partial tile (32 channels in tiles of 12) closes `pack`
+    ragged = Schedule.of({op: [Transform("tile", (0, 0, 0, 12, 0, 0, 0))]})
+    assert state_of_schedule(program, ragged).ragged[op]

@@ -185,13 +185,19 @@ def memory_bound_rows(program: Program) -> Schedule:
 
 def _packed_steps(op, extents) -> list:
     """Every loop halved, then a register tile of up to 4 per parallel loop and 1 per
-    reduction, B packed, vectorized (divisors only: `pack` needs whole tiles)."""
+    reduction (a sliding window's output row 1, so that it decomposes), the packable input
+    packed, vectorized (divisors only: `pack` needs whole tiles)."""
     outer = tuple(_half(e) for e in extents)
+    windows = window_loops(op)
+    rows = {o for o, _ in windows[:1]}
     inner = tuple(
-        largest_divisor(o, 4) if loop.iterator == "parallel" else 1
-        for loop, o in zip(op.loops, outer, strict=True)
+        largest_divisor(o, 4) if loop.iterator == "parallel" and i not in rows else 1
+        for i, (loop, o) in enumerate(zip(op.loops, outer, strict=True))
     )
-    return [Transform(TILE, outer), Transform(TILE, inner), Transform(PACK), Transform(VECTORIZE)]
+    steps = [Transform(TILE, outer), Transform(TILE, inner), Transform(PACK)]
+    if windows:
+        steps.append(Transform(DECOMPOSE))
+    return [*steps, Transform(VECTORIZE)]
 
 
 def packed(program: Program) -> Schedule:
@@ -451,7 +457,11 @@ def test_pack_copies_b_only_and_refuses_what_it_cannot_pack(programs):
     assert packable_inputs(op) == [1]  # B: the lanes walk it, the rows reuse it; not A
     script = transform_script(matmul, packed(matmul))
     assert "nofold_flags = [0, 1, 0]" in script and "hoist_pad" in script
-    for name in ("conv_nhwc", "pool_max", "add"):  # windows, or nothing reuses a panel
+    conv = next(o for o in programs["conv_nhwc"].ops if o.kind != "fill")
+    assert packable_inputs(conv) == [1]  # the filter (hwcf: its rows are the lanes)
+    # nchw: the lanes walk the output row, which the filter does not; a pool's window
+    # operand has no lanes; an add reads each input once
+    for name in ("conv_nchw_strided", "pool_max", "add"):
         assert not any(packable_inputs(o) for o in programs[name].ops), name
     whole = Schedule.of({1: [Transform(PACK)]})
     with pytest.raises(ScheduleError, match="right after a tiling"):
@@ -461,18 +471,24 @@ def test_pack_copies_b_only_and_refuses_what_it_cannot_pack(programs):
         transform_script(matmul, ragged)
 
 
-def test_heuristic_v4_packs_a_large_matmul_and_the_state_scores_it_unpacked():
-    from mlirrl_jax.env.replay import schedule_to_actions, state_of_schedule
+def test_heuristic_v4_packs_a_large_matmul_and_the_state_records_it():
+    from mlirrl_jax.actions import NEXT as NEXT_KIND
+    from mlirrl_jax.actions import PACK as PACK_KIND
+    from mlirrl_jax.actions import TILE as TILE_KIND
+    from mlirrl_jax.env.replay import schedule_of, schedule_to_actions, state_of_schedule
 
     program = parse_program(g.render(g.MatmulSpec(256, 512, 1024)), "matmul_large")
     v4 = heuristic_schedule(program, version=4)
     steps = v4.transforms_of(1)
     assert [t.kind for t in steps] == [TILE, TILE, PACK, VECTORIZE]
     assert steps[0].sizes[2] and steps[0].sizes[2] <= 256  # the reduction is blocked
-    unpacked = Schedule.of({1: [t for t in steps if t.kind != PACK]})
-    state, plain = state_of_schedule(program, v4), state_of_schedule(program, unpacked)
-    assert not state.differences(plain)
-    with pytest.raises(ScheduleError, match="no pack"):
-        schedule_to_actions(program, v4)  # a stored packed row is not learnt from
+    state = state_of_schedule(program, v4)
+    assert state.packed[1] and not state.ragged[1]
+    assert schedule_of(program, state) == v4
+    chosen = Schedule.of(  # tile sizes among the action space's candidates
+        {1: [Transform(TILE, (0, 64, 64)), Transform(TILE, (8, 32, 1)), Transform(PACK)]}
+    )
+    actions = schedule_to_actions(program, chosen, lanes=16)
+    assert [int(a[0]) for a in actions] == [TILE_KIND, TILE_KIND, PACK_KIND, NEXT_KIND, NEXT_KIND]
     small = parse_program(g.render(g.MatmulSpec(8, 512, 64)), "matmul_one_row_tile")
     assert all(t.kind != PACK for t in heuristic_schedule(small, version=4).transforms_of(1))

@@ -23,18 +23,19 @@ CACHE_LINE = 64.0
 # per nest loop: level one-hot, trips, reduction; per operand: strided, contiguous, bytes a step
 NEST_LOOP_FEATURES = N_LEVELS + 2 + 3 * MAX_OPERANDS
 # per level: footprint per operand and in all; trips per level and in all; per operand:
-# contiguous extent and whether it fills whole 8-lane vectors; the nest's innermost loops and
-# their working sets (per operand and in all); the vector code (3 per operand, registers)
+# contiguous extent, whether it fills whole vectors of the machine's width and the share of
+# its last vector left idle; the nest's innermost loops and their working sets (per operand
+# and in all); the vector code (3 per operand, registers)
 LOCALITY_FEATURES = (
     N_LEVELS * (MAX_OPERANDS + 1)
     + N_LEVELS
     + 1
-    + 2 * MAX_OPERANDS
+    + 3 * MAX_OPERANDS
     + N_NEST * (NEST_LOOP_FEATURES + MAX_OPERANDS + 1)
     + 3 * MAX_OPERANDS
     + 1
 )
-OP_FEATURES = STATIC_OP_FEATURES + 10 + LOCALITY_FEATURES
+OP_FEATURES = STATIC_OP_FEATURES + 12 + LOCALITY_FEATURES
 
 
 @struct.dataclass
@@ -160,8 +161,11 @@ def locality_features(table: ProgramTable, state: EnvState) -> jax.Array:
     )  # whole-op points, tiles per level, tiles of the innermost level in all
     inner = levels[-1]
     lanes = jnp.max(jnp.where(access == 2, inner[:, None, :], 0.0), axis=-1)  # (O, OPERANDS)
+    width = table.vector_lanes[p].astype(jnp.float32)  # the machine's f32 lanes
     vector = [jnp.where(lanes > 0, jnp.log2(jnp.maximum(lanes, 1.0)) / 16.0, 0.0)]
-    vector.append((lanes >= 8) & (jnp.mod(lanes, 8) == 0))
+    vector.append((lanes >= width) & (jnp.mod(lanes, width) == 0))
+    padded = jnp.ceil(lanes / width) * width
+    vector.append(jnp.where(lanes > 0, (padded - lanes) / jnp.maximum(padded, 1.0), 0.0))
     has_operand = bytes_ > 0
     return jnp.concatenate(
         [
@@ -170,7 +174,7 @@ def locality_features(table: ProgramTable, state: EnvState) -> jax.Array:
             jnp.moveaxis(trips, 0, 1) / 32.0,
             *vector,
             _nest_features(table, state, levels, has_operand),
-            _vector_code(access, log_levels[-1], has_operand & state.vectorized[:, None]),
+            _vector_code(access, log_levels[-1], has_operand & state.vectorized[:, None], width),
         ],
         axis=1,
     ).astype(jnp.float32)
@@ -261,14 +265,15 @@ def _nest_features(table, state, levels, has_operand) -> jax.Array:
     return jnp.concatenate(loops + sets, axis=1)
 
 
-def _vector_code(access, log_tile, vectorized) -> jax.Array:
+def _vector_code(access, log_tile, vectorized, width) -> jax.Array:
     """(MAX_OPS, 3 * MAX_OPERANDS + 1): per operand of a vectorized op, log2 of its vector's
     elements, of the 1-D transfers the lowering unrolls it into and of their length (the tile
-    extent along the operand's contiguous dimension); and log2 of the 8-lane registers all its
-    operands' vectors fill (register pressure). Zero for ops that are not vectorized."""
+    extent along the operand's contiguous dimension); and log2 of the registers of `width`
+    lanes all its operands' vectors fill (register pressure). Zero for ops that are not
+    vectorized."""
     elements = jnp.einsum("okj,oj->ok", (access > 0).astype(jnp.float32), log_tile)
     run = jnp.einsum("okj,oj->ok", (access == 2).astype(jnp.float32), log_tile)
-    registers = jnp.sum(jnp.where(vectorized, jnp.ceil(jnp.exp2(elements) / 8.0), 0.0), -1)
+    registers = jnp.sum(jnp.where(vectorized, jnp.ceil(jnp.exp2(elements) / width), 0.0), -1)
     parts = [elements, elements - run, run]
     return jnp.concatenate(
         [jnp.where(vectorized, x / 16.0, 0.0) for x in parts]
@@ -309,6 +314,8 @@ def dynamic_features(table: ProgramTable, state: EnvState) -> Features:
             state.interchanged,
             state.decomposed,
             state.vectorized,
+            state.ragged,  # a partial last tile, peeled
+            state.packed,
             jnp.log2(vector_points) / 32.0,
         ],
         axis=1,

@@ -30,6 +30,7 @@ from mlirrl_jax.actions import (
     N_KINDS,
     N_TILE_CHOICES,
     NEXT,
+    PACK,
     PARALLEL_TILES,
     PHASE_OF,
     POINTER_INDEX,
@@ -117,6 +118,10 @@ def action_mask(table: ProgramTable, state: EnvState) -> ActionMask:
     legal = legal.at[VECTORIZE].set(
         free & (vector_points <= VECTOR_BUDGET) & (~is_window | state.decomposed[c])
     )
+    # pack hoists B's copy out of the last tiling's loops: an op `pack` applies to, tiled
+    # (sequentially, into whole tiles), so that one static panel fits every tile
+    tiled = (phase == PHASE_OF[TILE]) & jnp.any(state.tile_sizes[c] > 0)
+    legal = legal.at[PACK].set(free & table.packable[p, c] & tiled & ~state.ragged[c])
     pointer = alive & ~placed_loops(state)
     return ActionMask(legal & grammar, tile, parallel_tile, pointer)
 
@@ -159,10 +164,12 @@ def _tile(state: EnvState, c, sizes) -> EnvState:
     # levels are packed: a tiling that tiles nothing uses up a level but leaves no gap
     level = jnp.sum(jnp.any(state.tile_sizes[c] > 0, axis=1))
     extents = jnp.where(sizes > 0, sizes, state.extents[c])
+    partial = jnp.any((sizes > 0) & (state.extents[c] % jnp.maximum(sizes, 1) != 0))
     return state.replace(
         tile_sizes=state.tile_sizes.at[c, level].set(sizes),
         extents=state.extents.at[c].set(extents),
         n_tiles=state.n_tiles.at[c].add(1),
+        ragged=state.ragged.at[c].set(state.ragged[c] | partial),
     )
 
 
@@ -249,6 +256,7 @@ def transition(
         lambda s: _tile(s, c, sizes),
         lambda s: _decompose(table, s, c),
         lambda s: s.replace(vectorized=s.vectorized.at[c].set(True)),
+        lambda s: s.replace(packed=s.packed.at[c].set(True)),
     ]
     active = ~state.done
     new = jax.lax.switch(kind, branches, state)

@@ -32,12 +32,12 @@ from mlirrl_jax.env.state import (
 
 # Bump when anything below changes what a policy sees: checkpoints of older versions refuse
 # to load (`agent.checkpoint`).
-OBSERVATION_VERSION = 2
+OBSERVATION_VERSION = 3
 # per op: kind, body ops, log points / work / bytes, loops, reduction loops; where the cursor
 # is; its phase, tilings, parallel tile, fusion, interchange, decomposition, vectorization,
-# vector points; producer / consumer of the current op; its loops' whole and current extents;
+# partial tile, packed, packable, vector points; producer / consumer of the current op; its loops' whole and current extents;
 # episode progress (shared by every op)
-OP_OBS = len(OP_KINDS) + len(ARITH_KINDS) + 5 + 3 + N_PHASES + 8 + 2 + 2 * MAX_LOOPS + 3
+OP_OBS = len(OP_KINDS) + len(ARITH_KINDS) + 5 + 3 + N_PHASES + 11 + 2 + 2 * MAX_LOOPS + 3
 # per loop of the current op: valid, alive, reduction, sliding-window roles, whole / current /
 # parallel / tile extents, position, interchange progress, how it walks each operand
 LOOP_OBS = 5 + 3 + MAX_TILE_LEVELS + 3 + 3 * MAX_OPERANDS
@@ -113,6 +113,9 @@ def _op_tokens(table: ProgramTable, state: EnvState, max_steps: int) -> jax.Arra
             state.interchanged[:, None],
             state.decomposed[:, None],
             state.vectorized[:, None],
+            state.ragged[:, None],  # a partial last tile: `pack` no longer applies
+            state.packed[:, None],
+            table.packable[p][:, None],
             (jnp.log2(vector_points) / 32.0)[:, None],
             (table.fusion_consumer[p] == c)[:, None],  # a producer the current op can fuse
             (ops == table.fusion_consumer[p, c])[:, None],  # the current op's consumer

@@ -22,6 +22,7 @@ from mlirrl_jax.actions import (
     MAX_OPS,
     MAX_TILE_LEVELS,
     NEXT,
+    PACK,
     PHASE_OF,
     POINTER_INDEX,
     TILE,
@@ -34,7 +35,7 @@ from mlirrl_jax.actions import (
 )
 from mlirrl_jax.env.state import CONTENT_FIELDS, EnvState, check_fits
 from mlirrl_jax.programs.ir import Program
-from mlirrl_jax.schedule import PACK, Schedule, ScheduleError, Transform
+from mlirrl_jax.schedule import Schedule, ScheduleError, Transform
 from mlirrl_jax.transform import window_loops
 
 # The schedule's content (`CONTENT_FIELDS`: a function of the Schedule alone) plus the step
@@ -59,6 +60,8 @@ class HostState:
     interchanged: np.ndarray
     decomposed: np.ndarray
     vectorized: np.ndarray
+    ragged: np.ndarray
+    packed: np.ndarray
 
     @classmethod
     def initial(cls, program: Program) -> HostState:
@@ -85,6 +88,8 @@ class HostState:
             interchanged=np.zeros(MAX_OPS, bool),
             decomposed=np.zeros(MAX_OPS, bool),
             vectorized=np.zeros(MAX_OPS, bool),
+            ragged=np.zeros(MAX_OPS, bool),
+            packed=np.zeros(MAX_OPS, bool),
         )
 
     @classmethod
@@ -144,6 +149,9 @@ def _apply(
         state.order[c] = list(order) + [-1] * (MAX_LOOPS - len(order))
         state.interchanged[c] = True
     elif kind == TILE:
+        state.ragged[c] |= bool(
+            np.any((sizes > 0) & (state.extents[c] % np.maximum(sizes, 1) != 0))
+        )
         state.tile_sizes[c, int(state.tile_sizes[c].any(axis=1).sum())] = sizes
         state.extents[c] = np.where(sizes > 0, sizes, state.extents[c])
         state.n_tiles[c] += 1
@@ -157,6 +165,8 @@ def _apply(
         state.decomposed[c] = True
     elif kind == VECTORIZE:
         state.vectorized[c] = True
+    elif kind == PACK:
+        state.packed[c] = True
     # the kind moves the op to its grammar phase (an interchange once all loops are placed)
     if kind != NEXT and (kind != INTERCHANGE or state.interchanged[c]):
         state.phase[c] = PHASE_OF[kind]
@@ -191,15 +201,12 @@ KIND_OF_TRANSFORM = {name: kind for kind, name in enumerate(KIND_NAMES) if kind 
 def state_of_schedule(program: Program, schedule: Schedule) -> HostState:
     """The finished state a whole Schedule describes, any tile sizes included (not only the
     action space's candidates): what a cost model reads to score, say, the heuristic's
-    schedule. A tile as large as its loop tiles nothing and is recorded as 0.
-
-    The action space has no `pack` (heuristic version 4 packs matmul panels): the state of a
-    packed schedule is its unpacked schedule's, so a model scores it as unpacked."""
+    schedule. A tile as large as its loop tiles nothing and is recorded as 0."""
     state = HostState.initial(program)
     for op in reversed(program.ops):
         if state.cursor != op.id:  # the episode's op order: consumers first, by id
             raise ScheduleError(f"{program.name}: op {op.id} out of the order the ops have")
-        transforms = [t for t in schedule.transforms_of(op.id) if t.kind != PACK]
+        transforms = schedule.transforms_of(op.id)
         for t in transforms:
             kind = KIND_OF_TRANSFORM[t.kind]
             sizes = None
@@ -233,6 +240,8 @@ def schedule_of(program: Program, state: HostState) -> Schedule:
                 steps.append(
                     Transform("tile", tuple(int(s) for s in state.tile_sizes[i, level, :n]))
                 )
+        if state.packed[i]:
+            steps.append(Transform("pack"))
         if state.decomposed[i]:
             steps.append(Transform("decompose"))
         if state.vectorized[i]:
@@ -265,12 +274,11 @@ def schedule_to_actions(
         "tile": TILE,
         "decompose": DECOMPOSE,
         "vectorize": VECTORIZE,
+        "pack": PACK,
     }
     actions = []
     for op in reversed(program.ops):
         transforms = schedule.transforms_of(op.id)
-        if any(t.kind == PACK for t in transforms):  # a packed schedule is not learnt from
-            raise ScheduleError(f"op {op.id}: the action space has no {PACK}")
         for t in transforms:
             if t.kind == "interchange":
                 for loop in t.permutation[:-1]:

@@ -13,8 +13,9 @@ import numpy as np
 from flax import struct
 
 from mlirrl_jax.actions import MAX_LOOPS, MAX_OPS, MAX_TILE_LEVELS, N_TILE_CHOICES, tile_candidates
+from mlirrl_jax.measure.fingerprint import vector_lanes
 from mlirrl_jax.programs.ir import Program
-from mlirrl_jax.transform import window_loops
+from mlirrl_jax.transform import packable_inputs, window_loops
 
 OP_KINDS = (
     "fill",
@@ -57,6 +58,8 @@ class ProgramTable:
     operand_bytes: jax.Array  # (P, MAX_OPS, MAX_OPERANDS) float32
     operand_is_output: jax.Array  # (P, MAX_OPS, MAX_OPERANDS) bool
     stride: jax.Array  # (P, MAX_OPS, MAX_OPERANDS, MAX_LOOPS) float32: bytes a loop step moves
+    packable: jax.Array  # (P, MAX_OPS) bool: `pack` applies (transform.packable_inputs)
+    vector_lanes: jax.Array  # (P,) int32: f32 lanes of the vectors the candidates are made for
     static_op: jax.Array | None = None  # (P, MAX_OPS, STATIC_OP_FEATURES) float32
     static_loop: jax.Array | None = None  # (P, MAX_OPS, MAX_LOOPS, STATIC_LOOP_FEATURES) float32
     op_slots: int = struct.field(pytree_node=False, default=MAX_OPS)  # most ops of its programs
@@ -103,10 +106,13 @@ def _encode_one(program: Program, lanes: int | None) -> dict[str, np.ndarray]:
         "operand_bytes": np.zeros((MAX_OPS, MAX_OPERANDS), np.float32),
         "operand_is_output": np.zeros((MAX_OPS, MAX_OPERANDS), bool),
         "stride": np.zeros((MAX_OPS, MAX_OPERANDS, MAX_LOOPS), np.float32),
+        "packable": np.zeros(MAX_OPS, bool),
+        "vector_lanes": np.int32(vector_lanes() if lanes is None else lanes),
     }
     for op in program.ops:
         i = op.id
         row["op_kind"][i] = OP_KINDS.index(op.kind)
+        row["packable"][i] = bool(packable_inputs(op))
         row["op_valid"][i] = True
         for j, loop in enumerate(op.loops):
             row["extents"][i, j] = loop.extent
@@ -168,6 +174,8 @@ CONTENT_FIELDS = (
     "interchanged",
     "decomposed",
     "vectorized",
+    "ragged",
+    "packed",
 )
 # EnvState fields with one entry per op (their first axis)
 _STATE_OP_FIELDS = ("phase", "n_tiles", *CONTENT_FIELDS)
@@ -221,6 +229,8 @@ class EnvState:
     interchanged: jax.Array  # (MAX_OPS,) bool
     decomposed: jax.Array  # (MAX_OPS,) bool
     vectorized: jax.Array  # (MAX_OPS,) bool
+    ragged: jax.Array  # (MAX_OPS,) bool, a tiling left a partial last tile (peeled)
+    packed: jax.Array  # (MAX_OPS,) bool
     ix_count: jax.Array  # () int32, levels placed by the interchange in progress (0: none)
     ix_order: jax.Array  # (MAX_LOOPS,) int32, loops placed so far, -1
     base_log_time: jax.Array  # () float32, predicted log time of the unscheduled program
@@ -253,6 +263,8 @@ def initial_state(table: ProgramTable, program: jax.Array, key: jax.Array) -> En
         interchanged=jnp.zeros(MAX_OPS, bool),
         decomposed=jnp.zeros(MAX_OPS, bool),
         vectorized=jnp.zeros(MAX_OPS, bool),
+        ragged=jnp.zeros(MAX_OPS, bool),
+        packed=jnp.zeros(MAX_OPS, bool),
         ix_count=jnp.int32(0),
         ix_order=jnp.full(MAX_LOOPS, -1, jnp.int32),
         base_log_time=jnp.float32(0.0),
