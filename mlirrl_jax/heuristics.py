@@ -8,7 +8,7 @@ op decomposes to a 1-D convolution), then vectorization.
 Version 2 sizes the register tile from this machine's vector width (two vector registers of
 lanes, as many rows as half its registers hold) and lets a tile leave a partial last one
 (peeled, so every copy vectorizes at static shapes) where no multiple of the vector width
-divides the extent. Version 3 (the default) is version 2 for every op but the memory-bound
+divides the extent. Version 3 is version 2 for every op but the memory-bound
 ones (pooling, element-wise), which a register tile only slows down (`bench/memory_bound.py`):
 their outermost parallel loop is split over the threads when the op has the work to pay for
 starting them, and their rows are vectorized one at a time, except an element-wise op's whose
@@ -18,8 +18,7 @@ filter, read by at least `PANEL_REUSE` register tiles of rows): a matmul-like op
 blocks the lanes loop and the reduction (a panel of at most `PANEL_WIDTH` x `PANEL_DEPTH`),
 and B's tile is packed into a contiguous panel per cache tile before the register tile is
 vectorized; a convolution keeps version 3's tiles and packs its filter per cache tile before
-it decomposes. Versions 1 (32 lanes,
-8 rows, divisors only), 2 and 3 stay for comparison.
+it decomposes. Versions 1 (32 lanes, 8 rows, divisors only), 2 and 3 stay for comparison.
 """
 
 from __future__ import annotations
@@ -165,6 +164,14 @@ def panel_tile(op: LinalgOp, reg: tuple[int, ...]) -> tuple[int, ...] | None:
     return tuple(sizes)
 
 
+def within_chunks(tile: tuple[int, ...], split: tuple[int, ...] | None) -> tuple[int, ...]:
+    """`tile` with each size that does not divide its loop's per-thread chunk (`split`)
+    dropped: packing needs whole tiles in every chunk."""
+    if not split:
+        return tile
+    return tuple(0 if t and s and s % t else t for t, s in zip(tile, split, strict=True))
+
+
 def parallel_tile(op: LinalgOp, threads: int, reg: tuple[int, ...]) -> tuple[int, ...] | None:
     """Split the outermost parallel loop that divides into `threads` chunks of whole tiles."""
     for i, loop in enumerate(op.loops):
@@ -236,8 +243,7 @@ def op_schedule(
     if split:
         steps.append(Transform(TILE_PARALLEL, split))
     panel = panel_tile(op, reg) if version >= 4 else None
-    if panel and split:  # the panel's blocks must divide each thread's chunk
-        panel = tuple(0 if p and s and s % p else p for p, s in zip(panel, split, strict=True))
+    panel = within_chunks(panel, split) if panel else None
     if panel and any(panel):
         return [
             *steps,
@@ -248,8 +254,8 @@ def op_schedule(
         ]
     outer = cache_tile(op, reg)
     pack = version >= 4 and bool(window_loops(op)) and packs(op, reg)
-    if pack and outer and split:  # whole tiles in each thread's chunk, or no cache tile
-        outer = tuple(0 if o and s and s % o else o for o, s in zip(outer, split, strict=True))
+    if pack and outer:
+        outer = within_chunks(outer, split)
     if outer and any(outer):
         steps.append(Transform(TILE, outer))
     steps.append(Transform(TILE, reg))
