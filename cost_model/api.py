@@ -25,6 +25,7 @@ from flax import nnx
 from cost_model.dataset import Dataset, map_in_chunks
 from cost_model.model import ModelConfig, apply, apply_with_static, build, static_embeddings
 from cost_model.train import TrainConfig, fit
+from mlirrl_jax import integrity
 from mlirrl_jax.env.features import dynamic_features, features
 from mlirrl_jax.env.reward import AnalyticLogTime
 from mlirrl_jax.env.state import EnvState, ProgramTable, slot_sizes, trim_ops, trim_table
@@ -32,6 +33,7 @@ from mlirrl_jax.host_devices import on_each_device
 
 FEATURE_VERSION = 4  # bump when features change: old checkpoints then refuse to load
 PREDICT_CHUNK = 256  # rows per step of `CostModel.predictor`
+REDO = "refit it (`mlirrl-jax fit-cost-model`)"
 
 
 def predict_log_time(
@@ -274,7 +276,9 @@ class CostModel:
 
     # -- persistence
     def save(self, directory: str | os.PathLike) -> Path:
-        """An orbax checkpoint (parameters) plus JSON metadata, in `directory`."""
+        """An orbax checkpoint (parameters) plus JSON metadata, in `directory`, sealed with a
+        manifest of every file there (`mlirrl_jax.integrity`: files written beside the model
+        before saving are covered too)."""
         directory = Path(directory).resolve()  # orbax needs absolute paths
         directory.mkdir(parents=True, exist_ok=True)
         meta = dict(self.meta)
@@ -291,15 +295,20 @@ class CostModel:
             )
             manager.wait_until_finished()
         (directory / "model.json").write_text(json.dumps(meta, indent=1))
+        integrity.seal(directory)
         return directory
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> CostModel:
+        """The model saved in `directory`, its files checked against its manifest first."""
         directory = Path(directory).resolve()
+        integrity.verify(directory, REDO)
         meta_path = directory / "model.json"
         if not meta_path.is_file():
             raise FileNotFoundError(f"{directory}: no cost model here (model.json missing)")
-        meta = json.loads(meta_path.read_text())
+        meta = integrity.read_json(meta_path, REDO)
+        if not isinstance(meta, dict) or not isinstance(meta.get("train"), dict):
+            raise integrity.damaged(meta_path, "damaged (no training config in it)", REDO)
         if meta.get("feature_version") != FEATURE_VERSION:
             raise ValueError(
                 f"{directory}: features version {meta.get('feature_version')}, "
@@ -307,7 +316,8 @@ class CostModel:
             )
         graphdef, params = build(ModelConfig(**meta["train"]["model"]))
         target = jax.tree.map(ocp.utils.to_shape_dtype_struct, nnx.to_pure_dict(params))
-        with ocp.CheckpointManager(directory / "checkpoint") as manager:
+        checkpoint = directory / "checkpoint"
+        with integrity.reading(checkpoint, REDO), ocp.CheckpointManager(checkpoint) as manager:
             restored = manager.restore(
                 manager.latest_step(),
                 args=ocp.args.Composite(params=ocp.args.StandardRestore(target)),
@@ -336,10 +346,12 @@ class AnalyticModel:
         directory = Path(directory).resolve()
         directory.mkdir(parents=True, exist_ok=True)
         (directory / "model.json").write_text(json.dumps(self.meta))
+        integrity.seal(directory)
         return directory
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> AnalyticModel:
+        integrity.verify(directory, REDO)  # nothing to read, but a damaged folder says so
         return cls()
 
 

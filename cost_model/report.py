@@ -130,10 +130,11 @@ def fit_and_report(
     metrics, predicted = held_out_metrics(model, test)
     analytic, analytic_predicted = held_out_metrics(AnalyticModel(), test)
     training, _ = held_out_metrics(model, train)
-    model.save(out / "model")
+    (out / "model").mkdir(exist_ok=True)
     (out / "model" / "reference_predictions.json").write_text(
         json.dumps(reference_predictions(model, data, held), indent=1)
     )
+    model.save(out / "model")  # after the reference predictions: its manifest covers them
     result = {
         "command": " ".join(sys.argv),
         "store": str(Path(store_path).resolve()),

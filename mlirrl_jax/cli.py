@@ -4,8 +4,11 @@ train`."""
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import math
+import os
+import sqlite3
 import sys
 import time
 from dataclasses import replace
@@ -17,6 +20,7 @@ from mlirrl_jax.measure.runner import DEFAULT_MEM_LIMIT_MB, DEFAULT_TIMEOUT_S, R
 from mlirrl_jax.measure.timing import Measurement, TimingMethod, speedup
 from mlirrl_jax.programs import generate
 from mlirrl_jax.programs.ir import Program, ProgramError, load_program, parse_program
+from mlirrl_jax.runfolder import check_inputs, command_line, has_checkpoint, run_folder
 from mlirrl_jax.schedule import Schedule, ScheduleError
 from mlirrl_jax.splits import SPLITS
 from mlirrl_jax.transform import transform_script
@@ -121,13 +125,25 @@ DEMO_REGROUNDING = {  # a short re-grounding: a few hundred measurements of this
 def cmd_demo(args) -> int:
     """The main job: adapt the shipped surrogate and agent to this machine (a short
     re-grounding while training on from the shipped agent), then validate the adapted agent
-    on held-out programs against unscheduled code, the heuristic, random search and XLA."""
-    from mlirrl_jax.host_devices import use_compilation_cache, use_host_devices
-
+    on held-out programs against unscheduled code, the heuristic, random search and XLA.
+    Its folder and the agent's run in it are held as `train` holds a run's, and the
+    validation programs are read before minutes of adapting."""
     out_dir = Path(args.out or f"runs/demo-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     run = out_dir / "agent"
-    if (run / "checkpoints").exists():
-        raise ValueError(f"{run} already holds an agent run: choose another --out")
+    with (
+        run_folder(out_dir, keep=lambda _: has_checkpoint(run), command=args.command_line),
+        run_folder(run, keep=has_checkpoint, command=args.command_line),
+    ):
+        if (run / "checkpoints").exists():
+            raise ValueError(f"{run} already holds an agent run: choose another --out")
+        programs = [load_program(p) for p in (args.programs or DEMO_VALIDATION)]
+        return _demo(args, out_dir, programs)
+
+
+def _demo(args, out_dir: Path, programs: list[Program]) -> int:
+    from mlirrl_jax.host_devices import use_compilation_cache, use_host_devices
+
+    run = out_dir / "agent"
     use_host_devices()  # before any JAX work: the agent's environments use every core
     use_compilation_cache()
     from mlirrl_jax.agent.agent import Agent
@@ -159,7 +175,6 @@ def cmd_demo(args) -> int:
         f"{iterations} PPO iterations); run in {run}",
         flush=True,
     )
-    out_dir.mkdir(parents=True, exist_ok=True)
     if shipped:  # go on as the shipped run ended: its final step size and entropy bonus
         config = replace(
             config,
@@ -179,7 +194,6 @@ def cmd_demo(args) -> int:
         if (run / "regrounding" / "rounds.md").is_file()
         else ""
     )
-    programs = [load_program(p) for p in (args.programs or DEMO_VALIDATION)]
     print(
         f"\nadapted in {adapted_s / 60:.1f} min; `mlirrl-jax optimize` now uses this agent on this "
         f"machine. Validating it on {len(programs)} held-out programs:",
@@ -288,7 +302,8 @@ def cmd_collect(args) -> int:
     report = job.run()
     print(
         f"measured {report.measured} in {report.seconds:.0f} s ({report.rate:.2f}/s), "
-        f"{report.new_rows} new rows, {report.failures} failures {report.by_status}; "
+        f"{report.new_rows} new rows, {report.failures} failures {report.by_status}, "
+        f"{report.skipped} skipped (claimed or stored by another job); "
         f"{report.stored_for_split} rows for the {args.split} split"
     )
     return 0
@@ -304,8 +319,11 @@ def cmd_store(args) -> int:
         elif args.action == "export":
             print(f"exported {store.export_parquet(args.file)} rows to {args.file}")
         elif args.action == "import":
-            new = store.import_parquet(args.file, allow_other_machines=args.allow_other_machines)
-            print(f"imported {new} new rows from {args.file}")
+            done = store.import_parquet(args.file, allow_other_machines=args.allow_other_machines)
+            print(
+                f"imported {args.file}: {done.new} new rows, {done.merged} merged into stored "
+                f"rows, {done.skipped} skipped (their measurements were imported before)"
+            )
         elif args.action == "card":
             machine = args.machine or machine_fingerprint()["machine_id"]
             text = store.card(machine, args.title, args.command or "")
@@ -351,6 +369,17 @@ def cmd_fit_cost_model(args) -> int:
 
 
 def cmd_train(args) -> int:
+    """`train`, holding its run folder: before JAX starts, the inputs are checked and a second
+    process on the folder is refused; a start that fails before the first checkpoint leaves
+    nothing behind."""
+    check_inputs(files=(args.config, args.regrounding_config), runs=(args.init_agent,))
+    with run_folder(args.out, keep=has_checkpoint, command=args.command_line):
+        if args.resume and not has_checkpoint(args.out):  # said before JAX starts
+            raise ValueError(f"{args.out}: nothing to resume (no checkpoint in it): drop --resume")
+        return _train(args)
+
+
+def _train(args) -> int:
     from mlirrl_jax.host_devices import use_compilation_cache, use_host_devices
 
     use_host_devices()  # every core an XLA device: the environments are split across them
@@ -376,6 +405,9 @@ def cmd_train(args) -> int:
             raise ValueError("a resumed run keeps its surrogate: drop --surrogate")
         config = replace(config or AgentConfig(), surrogate=args.surrogate)
     regrounding = _rounds(args)
+    if regrounding is not None and regrounding.config is not None and not budget:
+        # K iterations before each round and K after the last, whatever the config's budget
+        budget = {"iterations": regrounding.config.run_iterations()}
     run_training(
         out,
         config,
@@ -410,8 +442,6 @@ def _validation_programs(args) -> list[Program]:
     from mlirrl_jax.validate import pick_evenly
 
     if args.files:
-        if args.suite or args.split:
-            raise ValueError("give programs as FILES or as --suite/--split, not both")
         programs = [load_program(f) for f in args.files]
     else:
         chosen = entries(args.split or "test", (args.suite or "dl-v0",))
@@ -465,26 +495,54 @@ def _validation_runs(given: list[str], threads, default) -> dict[int, Path]:
     return {t: by_threads.get(t, by_threads.get(1)) for t in threads}
 
 
-def cmd_validate(args) -> int:
-    from mlirrl_jax.host_devices import use_compilation_cache
+def _has_validation_rows(out: Path) -> bool:
+    """Whether a report folder holds a whole result line of `Validation.rows_path`, which a
+    rerun resumes from (validation.py imports JAX: not read from there before the lock)."""
+    rows = out / "validation.jsonl"
+    return rows.is_file() and b"\n" in rows.read_bytes()
 
-    use_compilation_cache()
+
+def _validation_out(args, runs: dict[int, Path] | None) -> Path:
+    """`validate`'s report folder: --out, else the agent's run if one run serves every thread
+    count and lies under a runs/ folder, else runs/validate-<time>."""
+    if args.out:
+        return Path(args.out)
+    if runs and len(set(runs.values())) == 1:
+        first = runs[args.threads[0]]
+        if "runs" in first.resolve().parts:
+            return first
+    return Path(f"runs/validate-{time.strftime('%Y%m%d-%H%M%S')}")
+
+
+def cmd_validate(args) -> int:
+    """`validate`, holding its report folder: the inputs and the folder are checked and a
+    second process on it refused before JAX starts; a start that fails before any result
+    leaves nothing behind."""
+    from mlirrl_jax.optimize import default_agent_run
+
+    if args.files and (args.suite or args.split):
+        raise ValueError("give programs as FILES or as --suite/--split, not both")
+    given = args.run or []
+    check_inputs(files=args.files, runs=given)
+    # one run or none: the report folder is known without reading checkpoints (JAX)
+    runs = _validation_runs(given, args.threads, default_agent_run) if len(given) < 2 else None
+    out = _validation_out(args, runs)
+    with run_folder(out, keep=_has_validation_rows, command=args.command_line):
+        from mlirrl_jax.host_devices import use_compilation_cache
+
+        use_compilation_cache()
+        return _validate(args, runs or _validation_runs(given, args.threads, None), out)
+
+
+def _validate(args, runs: dict[int, Path], out: Path) -> int:
     from mlirrl_jax.agent.agent import Agent
     from mlirrl_jax.measure.peak import fma_peak_gflops
-    from mlirrl_jax.optimize import check_program, default_agent_run
+    from mlirrl_jax.optimize import check_program
     from mlirrl_jax.validation import Validation, ValidationConfig
 
-    runs = _validation_runs(args.run or [], args.threads, default_agent_run)
     programs = _validation_programs(args)
     for program in programs:
         check_program(program)
-    first = runs[args.threads[0]]
-    if args.out:
-        out = Path(args.out)
-    elif len(set(runs.values())) == 1 and "runs" in first.resolve().parts:
-        out = first
-    else:
-        out = Path(f"runs/validate-{time.strftime('%Y%m%d-%H%M%S')}")
     config = ValidationConfig(
         threads=args.threads,
         budget=args.budget,
@@ -525,22 +583,21 @@ def cmd_validate(args) -> int:
 
 
 def cmd_optimize(args) -> int:
-    from mlirrl_jax.host_devices import use_compilation_cache
-
-    use_compilation_cache()
     from mlirrl_jax.optimize import optimize
 
-    summary = optimize(
-        args.kernel,
-        args.out,
-        budget=args.budget,
-        threads=args.threads,
-        run=args.run,
-        timeout_s=args.timeout,
-        mem_limit_mb=args.mem_limit,
-        seed=args.seed,
-        say=lambda text: print(text, file=sys.stderr, flush=True),
-    )
+    # summary.json is written last: a folder holding it has a result to keep
+    with run_folder(args.out, lambda out: (out / "summary.json").is_file(), args.command_line):
+        summary = optimize(
+            args.kernel,
+            args.out,
+            budget=args.budget,
+            threads=args.threads,
+            run=args.run,
+            timeout_s=args.timeout,
+            mem_limit_mb=args.mem_limit,
+            seed=args.seed,
+            say=lambda text: print(text, file=sys.stderr, flush=True),
+        )
     print(
         f"best: {summary['best_source']}, {summary['best_ms']:.3f} ms, "
         f"{summary['speedup']:.2f}x over unscheduled"
@@ -813,10 +870,20 @@ def build_parser() -> argparse.ArgumentParser:
         "its own settings)",
     )
     ground.add_argument("--rounds", type=int, help="re-grounding rounds (default 0: none)")
-    ground.add_argument("--real-budget", type=POSITIVE_INT, help="real measurements in all (2000)")
+    ground.add_argument(
+        "--real-budget",
+        type=POSITIVE_INT,
+        help="real measurements in all, a hard cap over every round, baselines, calibration and "
+        "validation included; a plan over it is cut, validation first (2000)",
+    )
     ground.add_argument("--round-programs", type=int, help="programs measured per round (16)")
     ground.add_argument("--top-k", type=int, help="schedules per program per round (8)")
-    ground.add_argument("--iterations-per-round", type=int, help="PPO iterations per round (60)")
+    ground.add_argument(
+        "--iterations-per-round",
+        type=int,
+        help="PPO iterations before each round and after the last, K (60): without --iterations "
+        "or --minutes the run trains (rounds + 1) x K iterations",
+    )
     ground.add_argument("--selection", choices=["gain", "uniform"], help="program choice (gain)")
     ground.add_argument(
         "--update",
@@ -883,8 +950,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _full_disk(exc: Exception, args: argparse.Namespace) -> str | None:
+    """The one-line error for a full disk (or an exhausted quota), naming what was being
+    written; None for any other error."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        why = os.strerror(exc.errno).lower()
+        # a failed write of an open file names none: the command's output, else its store
+        path = exc.filename or getattr(args, "out", None) or getattr(args, "store", None)
+    elif isinstance(exc, sqlite3.OperationalError) and "disk is full" in str(exc):
+        why = "no space left on device"
+        path = getattr(args, "store", None) or "data/measurements.db"  # train's default store
+    else:
+        return None
+    again = "rerun"
+    if args.command == "train" and has_checkpoint(args.out):
+        again = "rerun with --resume"
+    return f"error: {why} writing {path}: free space and {again}; nothing saved before was lost"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.command_line = command_line(argv)  # recorded in a run folder's lock
     try:
         with stop_on_ctrl_c():
             return args.func(args)
@@ -893,6 +979,12 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except (ProgramError, ScheduleError, KeyError, ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except (OSError, sqlite3.OperationalError) as exc:
+        line = _full_disk(exc, args)
+        if line is None:
+            raise
+        print(line, file=sys.stderr)
         return 2
 
 

@@ -6,12 +6,18 @@ store already has are skipped, so rerunning the same command resumes the job: th
 drawn from a fixed seed and fast-forward past what is stored. Measurements run in local worker
 processes (threads each driving a `Runner`) or on a Ray cluster; results are committed in small
 transactions.
+
+Jobs on one store share the work: each task is claimed in the store before it is measured, and a
+task another live job has claimed or stored is skipped, so two jobs (of the same seed too) never
+measure one schedule twice; a job's budget counts the rows the others store. Timings taken while
+another job measures on the same machine contend for its cores, so a job warns of the other.
 """
 
 from __future__ import annotations
 
 import os
 import queue
+import sys
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -30,7 +36,7 @@ from mlirrl_jax.programs import suites
 from mlirrl_jax.programs.ir import Program, load_program
 from mlirrl_jax.sampler import EpisodeSampler, random_policy
 from mlirrl_jax.schedule import Schedule
-from mlirrl_jax.store import MeasurementStore
+from mlirrl_jax.store import STORED, ClaimOwner, MeasurementStore
 
 COMMIT_EVERY_S = 2.0
 BACKENDS = ("local", "ray")
@@ -82,6 +88,7 @@ class CollectReport:
     measured: int = 0
     new_rows: int = 0
     failures: int = 0
+    skipped: int = 0  # tasks another job had claimed or stored meanwhile
     stored_for_split: int = 0
     seconds: float = 0.0
     by_status: dict = field(default_factory=dict)
@@ -220,17 +227,42 @@ class CollectionJob:
                 if split != config.split:
                     self.baseline_programs += _programs(config, split)
             self.store.add_programs(self.baseline_programs)
-            self._known = {
-                p.hash: self.store.schedule_hashes(p.hash, self.machine, config.threads)
-                for p in self.baseline_programs
-            }
+            # schedules stored or in flight, by program hash
+            self._known: dict[str, set[str]] = {p.hash: set() for p in self.baseline_programs}
+            self._last_row = 0  # the store's last row seen
+            self._claimed: dict[str, set[str]] = {}  # schedules jobs hold claims on, by program
+            self._follow_store()
             check_stop()
         except BaseException:
             self.store.close()
             raise
 
+    def _follow_store(self) -> None:
+        """Follow the store: the rows stored since the last look (by other jobs too), and the
+        tasks claimed now."""
+        for row_id, program_hash, schedule_hash in self.store.keys_since(
+            self._last_row, self.machine, self.config.threads
+        ):
+            if program_hash in self._known:
+                self._known[program_hash].add(schedule_hash)
+            self._last_row = row_id
+        self._claimed = {}
+        for program_hash, schedule_hash in self.store.claimed(self.machine, self.config.threads):
+            self._claimed.setdefault(program_hash, set()).add(schedule_hash)
+
+    def _skipped(self, task: Task, reason: str) -> None:
+        """A task another job measures is not this job's to count (unless it is stored)."""
+        if reason != STORED:
+            self._known[task.program.hash].discard(task.schedule.hash)
+
     def stored_for_split(self) -> int:
         return sum(len(self._known[p.hash]) for p in self.programs)
+
+    def _taken_for_split(self) -> int:
+        """Schedules of the split stored, or being measured by this job or another."""
+        return sum(
+            len(self._known[p.hash] | self._claimed.get(p.hash, set())) for p in self.programs
+        )
 
     def tasks(self) -> Iterator[Task]:
         """Baselines first, then sampled schedules round-robin over the programs, `per_visit`
@@ -289,11 +321,16 @@ class CollectionJob:
         def done() -> bool:
             if deadline and time.monotonic() >= deadline:
                 return True
-            # stored_for_split counts what is in flight, so the budget is never overshot
-            return target is not None and self.stored_for_split() >= target
+            # what other jobs store and measure counts too; counting the tasks in flight keeps
+            # the jobs together from overshooting the budget
+            self._follow_store()
+            return target is not None and self._taken_for_split() >= target
 
         try:
-            measure_stream(self.tasks(), config, self.store, report, bar, done)
+            measure_stream(
+                self.tasks(), config, self.store, report, bar, done, on_skip=self._skipped
+            )
+            self._follow_store()  # the rows other jobs stored meanwhile are the split's too
         finally:
             bar.close()
             report.seconds = time.monotonic() - start
@@ -310,11 +347,30 @@ def measure_stream(
     bar: tqdm | None = None,
     done: Callable[[], bool] = lambda: False,
     on_result: Callable[[Task, Measurement], None] = lambda task, measurement: None,
+    on_skip: Callable[[Task, str], None] = lambda task, reason: None,
 ) -> CollectReport:
     """Measure `tasks` on the config's backend, `2 x workers` in flight, until they run out or
     `done()`; results go to `store` in a transaction every `COMMIT_EVERY_S` (a kill loses at
     most those in flight and uncommitted) and to `on_result`; tallies go to `report`. On
-    Ctrl-C the results in hand are committed and the measurements in flight are killed."""
+    Ctrl-C the results in hand are committed and the measurements in flight are killed.
+
+    Each task is claimed in the store before it is measured; one that another job has claimed
+    or stored meanwhile goes to `on_skip` with the reason instead. Claims are released as the
+    results are stored and when the stream ends."""
+    owner = ClaimOwner.here()
+    machine = machine_fingerprint()["machine_id"]
+    warned: set[int] = set()
+
+    def warn_of_other_jobs() -> None:
+        for pid in sorted(store.other_claimants(owner) - warned):
+            warned.add(pid)
+            tqdm.write(
+                f"warning: another job (pid {pid}) is measuring into {store.path} on this "
+                "machine too; timings taken meanwhile contend for its cores",
+                file=sys.stderr,
+            )
+
+    warn_of_other_jobs()
     backend = _ray_backend(config) if config.backend == "ray" else _local_backend(config)
     pending: dict[Future, Task] = {}
     buffer: list[Measurement] = []
@@ -323,9 +379,10 @@ def measure_stream(
     def commit() -> None:
         nonlocal last_commit
         if buffer:
-            report.new_rows += store.put(buffer)
+            report.new_rows += store.put(buffer, claimed_by=owner)
             buffer.clear()
         last_commit = time.monotonic()
+        warn_of_other_jobs()
 
     try:
         exhausted = False
@@ -336,6 +393,12 @@ def measure_stream(
                 if task is None:
                     exhausted = True
                     break
+                key = (task.program.hash, task.schedule.hash, machine, config.threads)
+                refused = store.claim(*key, owner)
+                if refused is not None:
+                    report.skipped += 1
+                    on_skip(task, refused)
+                    continue
                 pending[backend.submit(task)] = task
             if not pending:
                 break
@@ -363,6 +426,9 @@ def measure_stream(
         backend.abort()
         raise
     finally:
-        commit()
-        backend.close()
+        try:
+            commit()
+        finally:
+            store.release(owner)
+            backend.close()
     return report

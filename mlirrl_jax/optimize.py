@@ -4,8 +4,9 @@
 distinct schedules by the surrogate, measures the top k for real beside the unscheduled program
 and the heuristic schedule (all verified against the reference), and writes into `out` the best
 schedule's JSON (`schedule.json`), its Transform-dialect script (`transform.mlir`), the
-transformed kernel (`transformed.mlir`), every measurement (`measurements.jsonl`) and
-`summary.json`.
+transformed kernel (`transformed.mlir`), every measurement (`measurements.jsonl`) and, last,
+`summary.json`, each file whole or not at all. The kernel and the agent's run are checked
+before JAX starts (this module imports it only then), so a wrong path costs no start-up.
 
 The agent is `--run`'s, else the one adapted to this machine at the thread count
 (`data/adapted/<machine id>.json` names the runs, written by `mlirrl-jax demo` and by
@@ -18,13 +19,12 @@ import json
 import os
 from pathlib import Path
 
-from mlirrl_jax.env.state import encode_programs
 from mlirrl_jax.heuristics import heuristic_schedule
-from mlirrl_jax.measure.compile import transformed_mlir
 from mlirrl_jax.measure.fingerprint import machine_fingerprint
 from mlirrl_jax.measure.runner import Runner
 from mlirrl_jax.measure.timing import Measurement, TimingMethod
 from mlirrl_jax.programs.ir import Program, load_program
+from mlirrl_jax.runfolder import check_inputs, write_atomic
 from mlirrl_jax.schedule import Schedule
 from mlirrl_jax.shipped import ADAPTED, SHIPPED_AGENT
 from mlirrl_jax.transform import transform_script
@@ -64,14 +64,14 @@ def adopt_agent_run(run: str | os.PathLike, threads: int = 1) -> Path:
     per_threads[str(threads)] = str(Path(run).resolve())
     recorded = {"run": per_threads.get("1", per_threads[str(threads)]), "threads": per_threads}
     ADAPTED.mkdir(parents=True, exist_ok=True)
-    tmp = pointer.with_suffix(".tmp")
-    tmp.write_text(json.dumps(recorded, indent=1))
-    os.replace(tmp, pointer)
+    write_atomic(pointer, json.dumps(recorded, indent=1))
     return pointer
 
 
 def check_program(program: Program) -> None:
     """Refuse a program the environment's tables cannot hold, naming the limit."""
+    from mlirrl_jax.env.state import encode_programs
+
     try:
         encode_programs([program])
     except ValueError as exc:  # EncodingError: too many ops, loops or operands
@@ -90,15 +90,19 @@ def optimize(
     say=print,
 ) -> dict:
     """Optimize the kernel in `path` into the folder `out`; returns the summary."""
-    from mlirrl_jax.agent.agent import Agent
-
     if budget < 1:
         raise OptimizeError(f"--budget must be at least 1, got {budget}")
     if threads < 1:
         raise OptimizeError(f"--threads must be at least 1, got {threads}")
     program = load_program(str(path))
-    check_program(program)
     run = Path(run) if run else default_agent_run(threads)
+    check_inputs(runs=(run,))
+    from mlirrl_jax.agent.agent import Agent
+    from mlirrl_jax.host_devices import use_compilation_cache
+    from mlirrl_jax.measure.compile import transformed_mlir
+
+    use_compilation_cache()  # a rerun loads the agent's compiled search instead of compiling it
+    check_program(program)
     agent = Agent.load(run)
     say(
         f"{program.name}: {len(program.ops)} op(s), {program.flops / 1e6:.1f} MFLOP; agent {run} "
@@ -127,11 +131,13 @@ def optimize(
     good = [(name, m) for name, m, _ in measured if m.ok and m.verified and m.median_s]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / "measurements.jsonl", "w") as sink:
-        for name, m, predicted in [("unscheduled", base, None), *measured]:
-            sink.write(
-                json.dumps({"source": name, "predicted_speedup": predicted, **m.to_json()}) + "\n"
-            )
+    write_atomic(
+        out / "measurements.jsonl",
+        "".join(
+            json.dumps({"source": name, "predicted_speedup": predicted, **m.to_json()}) + "\n"
+            for name, m, predicted in [("unscheduled", base, None), *measured]
+        ),
+    )
     heuristic_ms = tuned.median_s * 1e3 if tuned.ok and tuned.verified else None
     if not good:
         summary = {
@@ -143,16 +149,16 @@ def optimize(
             "verified": False,
             "measurements": len(measured) + 1,
         }
-        (out / "summary.json").write_text(json.dumps(summary, indent=1))
+        write_atomic(out / "summary.json", json.dumps(summary, indent=1))
         raise OptimizeError(
             f"{program.name}: no schedule verified; see {out / 'measurements.jsonl'}"
         )
     source, best = min(good, key=lambda item: item[1].median_s)
     schedule = Schedule.from_json(best.schedule)
     script = transform_script(program, schedule) if not schedule.is_empty else ""
-    (out / "schedule.json").write_text(json.dumps(schedule.to_json(), indent=1))
-    (out / "transform.mlir").write_text(script + "\n")
-    (out / "transformed.mlir").write_text(transformed_mlir(program.mlir, script or None))
+    write_atomic(out / "schedule.json", json.dumps(schedule.to_json(), indent=1))
+    write_atomic(out / "transform.mlir", script + "\n")
+    write_atomic(out / "transformed.mlir", transformed_mlir(program.mlir, script or None))
     summary = {
         "program": program.name,
         "machine_id": machine_fingerprint()["machine_id"],
@@ -171,5 +177,5 @@ def optimize(
         "schedule": schedule.describe(),
         "replay": f"mlirrl-jax measure {path} --schedule {out / 'schedule.json'} --threads {threads}",
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    write_atomic(out / "summary.json", json.dumps(summary, indent=1))  # last: the run is whole
     return summary

@@ -26,6 +26,24 @@ measurements of its own also measures a calibration set: `calibration_programs` 
 programs' baselines and the agent's greedy schedules, and the surrogate-validation programs
 that score the surrogate on this machine (`validation_programs`, each with `validation_k`
 schedules), which are never learned from.
+
+The run's iterations: K (`iterations_per_round`) before each round and K after the last, so a
+run given no budget of its own trains exactly (rounds + 1) x K iterations
+(`RegroundConfig.run_iterations`); an iteration budget that ends before the last round is
+refused. With a time budget the rounds happen while the time lasts.
+
+The real budget (`real_budget`) is a hard cap on the measurements of the whole run, baselines,
+calibration and validation included; a schedule the store already has costs nothing. The
+spend is `measured.jsonl`, one line per measurement made. A round plans within its allowance:
+what is left, less a reserve for each later round (its core: `round_programs` x (`top_k` +
+1) learned schedules and baselines and `track_programs` greedy ones, or an even share of what
+is left if that is less). A plan larger than that is
+cut in the order of `CUT_ORDER`: validation first, then calibration, heuristic, held-out and
+tracked schedules, the learned ones last; within a role, each program's lowest-ranked schedules
+first. A program's baseline goes with its last schedule. The cut is printed and recorded in
+the round's line of `rounds.jsonl` (`cut`: entries per role; `wanted` and `planned`: the new
+measurements of the whole plan and of what was kept; `allowance`). Measuring stops at the cap whatever the plan says (a resumed
+round re-measures what a kill lost before its commit, and that counts).
 """
 
 from __future__ import annotations
@@ -55,6 +73,7 @@ from mlirrl_jax.heuristics import heuristic_schedule
 from mlirrl_jax.measure.fingerprint import machine_fingerprint
 from mlirrl_jax.measure.timing import TimingMethod
 from mlirrl_jax.programs.ir import Program
+from mlirrl_jax.runfolder import write_atomic
 from mlirrl_jax.sampler import EpisodeSampler, random_policy
 from mlirrl_jax.schedule import Schedule
 from mlirrl_jax.store import MeasurementStore
@@ -71,13 +90,15 @@ class RegroundConfig:
     rounds: int = 6
     """Re-grounding rounds in the run (0: simulated training only)."""
     iterations_per_round: int = 60
-    """PPO iterations before each round (K)."""
+    """PPO iterations before each round and after the last (K): a run given no budget of its
+    own trains (rounds + 1) x K."""
     round_programs: int = 16
     """Training programs whose top schedules a round measures (P)."""
     top_k: int = 8
     """Distinct schedules per program, the agent's best by the surrogate (k)."""
     real_budget: int = 2000
-    """Real measurements the run may spend in all (calibration and tracking included)."""
+    """Real measurements the run may make in all, a hard cap (baselines, calibration,
+    validation and tracking included; what the store already has costs nothing)."""
     selection: str = "gain"
     """How a round picks its programs: "gain" (largest predicted gain of the agent over the
     heuristic) or "uniform"."""
@@ -136,6 +157,22 @@ class RegroundConfig:
         if not 0.0 <= self.held_back < 1.0:
             raise ValueError(f"held_back must be in [0, 1), got {self.held_back}")
 
+    def run_iterations(self) -> int:
+        """The iterations of a run given no budget: K before each round and K after the last."""
+        return (self.rounds + 1) * self.iterations_per_round
+
+    def check_iterations(self, iterations: int) -> None:
+        """Refuses an iteration budget that ends before the last round (0, a time budget,
+        passes)."""
+        last = self.rounds * self.iterations_per_round
+        if 0 < iterations <= last:
+            raise ValueError(
+                f"--iterations {iterations} reaches {(iterations - 1) // self.iterations_per_round}"
+                f" of the {self.rounds} re-grounding rounds (the last comes after iteration "
+                f"{last}): give --iterations {last + 1} or more, or leave it out to train "
+                f"(rounds + 1) x iterations per round = {self.run_iterations()}"
+            )
+
     def to_json(self) -> dict:
         return asdict(self)
 
@@ -146,12 +183,6 @@ class RegroundConfig:
         if unknown:
             raise ValueError(f"unknown re-grounding keys {unknown}; known: {sorted(known)}")
         return cls(**data)
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 @dataclass
@@ -173,6 +204,62 @@ class Planned:
             "predicted_speedup": self.predicted_speedup,
         }
 
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.program.hash, self.schedule.hash
+
+
+# the order in which a plan over its allowance is cut: what scores the surrogate first, what
+# the round learns from last
+CUT_ORDER = ("validation", "calibration", "heuristic", "heldout", "track", "learn")
+
+
+def priority(planned: list[Planned]) -> list[int]:
+    """The indices of the plan's schedules but baselines, the most needed first: by role
+    (`CUT_ORDER` reversed), then by rank within the program (the agent's best first), then as
+    planned."""
+    rank, seen = [], {}
+    for p in planned:
+        rank.append(seen.get((p.role, p.program.hash), 0))
+        seen[(p.role, p.program.hash)] = rank[-1] + 1
+    needed = {role: i for i, role in enumerate(reversed(CUT_ORDER))}
+    chosen = [i for i, p in enumerate(planned) if p.role != "baseline"]
+    return sorted(chosen, key=lambda i: (needed[planned[i].role], rank[i]))
+
+
+def within_budget(
+    planned: list[Planned], stored: set[tuple[str, str]], allowance: int
+) -> tuple[list[Planned], dict]:
+    """The plan cut to `allowance` new measurements, most needed first (`priority`): a
+    schedule stays if it and its program's baseline, where the store (`stored`) lacks them,
+    still fit. A program's baseline stays while one of its schedules does. Returns the plan
+    kept and {"allowance", "wanted": new measurements of the whole plan, "planned": those
+    kept, "cut": entries cut per role}."""
+    baseline = Schedule().hash
+    kept_keys: set[tuple[str, str]] = set()
+    kept: set[int] = set()
+    cut: dict[str, int] = {}
+    left = allowance
+    for i in priority(planned):
+        p = planned[i]
+        new = {p.key, (p.program.hash, baseline)} - stored - kept_keys
+        if len(new) <= left:
+            kept.add(i)
+            kept_keys |= new
+            left -= len(new)
+        else:
+            cut[p.role] = cut.get(p.role, 0) + 1
+    programs = {planned[i].program.hash for i in kept}
+    for i, p in enumerate(planned):
+        if p.role == "baseline":
+            if p.program.hash in programs:
+                kept.add(i)
+            else:
+                cut["baseline"] = cut.get("baseline", 0) + 1
+    wanted = len({p.key for p in planned} - stored)
+    record = {"allowance": allowance, "wanted": wanted, "planned": allowance - left, "cut": cut}
+    return [p for i, p in enumerate(planned) if i in kept], record
+
 
 class Regrounding:
     """The rounds of one run, in `run_dir/regrounding/`."""
@@ -188,6 +275,7 @@ class Regrounding:
         prior: Surrogate,
         progress: bool = True,
     ):
+        config.check_iterations(agent_config.iterations)  # before anything is written
         self.dir = Path(run_dir) / "regrounding"
         self.dir.mkdir(parents=True, exist_ok=True)
         self.config = config
@@ -215,9 +303,9 @@ class Regrounding:
                     f"{self.dir} was started with another re-grounding config; resume with it"
                 )
         else:
-            _write_atomic(config_path, json.dumps(config.to_json(), indent=1))
+            write_atomic(config_path, json.dumps(config.to_json(), indent=1))
             prior_record = {"path": prior.path, **prior.identity}
-            _write_atomic(self.dir / "prior.json", json.dumps(prior_record, indent=1))
+            write_atomic(self.dir / "prior.json", json.dumps(prior_record, indent=1))
         state_path = self.dir / "state.json"
         self.state = (
             json.loads(state_path.read_text())
@@ -249,14 +337,33 @@ class Regrounding:
         return load_surrogate(str(self.surrogate_dir(done - 1))) if done > 1 else self.prior
 
     def due(self, iteration: int) -> bool:
+        """A round is due after `iteration` iterations (one whose budget is spent is skipped,
+        and training goes on)."""
         c = self.config
-        return (
+        if not (
             self.state["completed"] < c.rounds
-            and self.state["spent"] < c.real_budget
             and iteration > 0
             and iteration % c.iterations_per_round == 0
             and iteration // c.iterations_per_round > self.state["completed"]
+        ):
+            return False
+        if self._spent() < c.real_budget:
+            return True
+        self.say(
+            f"re-grounding round {iteration // c.iterations_per_round} skipped: the real budget "
+            f"({c.real_budget} measurements) is spent; training goes on"
         )
+        return False
+
+    def allowance(self, round_: int) -> int:
+        """The new measurements round `round_` may plan: what is left of the budget, less a
+        reserve for each later round (its core: the learned and tracked schedules with their
+        baselines, or an even share of what is left)."""
+        c = self.config
+        left = max(0, c.real_budget - self._spent())
+        later = c.rounds - round_
+        core = c.round_programs * (c.top_k + 1) + c.track_programs
+        return left - min(later * core, left * later // (later + 1))
 
     def _phase(self, name: str, started: float, **extra) -> None:
         with (self.dir / "phases.jsonl").open("a") as sink:
@@ -273,20 +380,25 @@ class Regrounding:
         folder.mkdir(exist_ok=True)
         surrogate = self.current()
         model = CostModel.load(surrogate.path)
-        tasks_path = folder / "tasks.json"
+        tasks_path, budget_path = folder / "tasks.json", folder / "budget.json"
         if tasks_path.is_file():
             planned = [self._planned(t) for t in json.loads(tasks_path.read_text())]
+            budget = json.loads(budget_path.read_text()) if budget_path.is_file() else {}
         else:
             started = time.time()
-            planned = self._plan(round_, Agent(self.agent_config, policy_params, surrogate))
-            _write_atomic(tasks_path, json.dumps([p.to_json() for p in planned], indent=1))
+            agent = Agent(self.agent_config, policy_params, surrogate)
+            planned, budget = self._plan(round_, agent)
+            write_atomic(budget_path, json.dumps(budget))  # first: tasks.json ends the plan
+            write_atomic(tasks_path, json.dumps([p.to_json() for p in planned], indent=1))
             self._phase("choose", started, tasks=len(planned))
+            self.say(_budget_line(round_, budget, self.config.real_budget - self._spent()))
         started = time.time()
         report = self._measure(planned)
         self._phase("measure", started, measured=report.measured)
         started = time.time()
         row = self._score_and_update(round_, planned, model, surrogate, folder)
         row["measured_now"] = report.measured
+        row.update(budget)
         self._phase("update", started)
         self.state["completed"] = round_
         self.state["chosen"] = sorted(
@@ -298,8 +410,8 @@ class Regrounding:
         # (its measurements are in the store) and its line is written again, not twice
         earlier = [r for r in self.rounds() if r["round"] < round_]
         text = "".join(json.dumps(r) + "\n" for r in [*earlier, row])
-        _write_atomic(self.dir / "rounds.jsonl", text)
-        _write_atomic(self.dir / "state.json", json.dumps(self.state, indent=1))
+        write_atomic(self.dir / "rounds.jsonl", text)
+        write_atomic(self.dir / "state.json", json.dumps(self.state, indent=1))
         self.say(_round_line(row))
         self.report()
         return self.current()
@@ -316,7 +428,7 @@ class Regrounding:
             f"Re-grounding on machine {self.machine}; prior: surrogate of machine "
             f"{self.prior.machine_id or '-'}; real budget {self.config.real_budget}.\n\n"
         )
-        _write_atomic(self.dir / "rounds.md", header + format_rounds(rows) + "\n")
+        write_atomic(self.dir / "rounds.md", header + format_rounds(rows) + "\n")
         return save_round_plots(self.dir, rows, points)
 
     def rounds(self) -> list[dict]:
@@ -352,7 +464,8 @@ class Regrounding:
                 if self._row(store, p.hash, Schedule().hash) is not None
             }
 
-    def _plan(self, round_: int, agent: Agent) -> list[Planned]:
+    def _plan(self, round_: int, agent: Agent) -> tuple[list[Planned], dict]:
+        """The round's measurements within its allowance, and what the cut left out."""
         c = self.config
         rng = np.random.default_rng([c.seed, round_])
         if self._evaluator is None:  # one table and compiled episodes for every round
@@ -401,7 +514,9 @@ class Regrounding:
                 )
         for program in {p.program.name: p.program for p in planned}.values():
             planned.append(Planned(program, Schedule(), "baseline"))
-        return self._within_budget(planned)
+        with MeasurementStore(c.store) as store:
+            stored = {p.key for p in planned if self._row(store, *p.key) is not None}
+        return within_budget(planned, stored, self.allowance(round_))
 
     def _random_schedules(self, programs: list[Program], k: int, role: str) -> list[Planned]:
         """`k` distinct random schedules of each program, drawn as collection draws them
@@ -426,29 +541,6 @@ class Regrounding:
             planned += [Planned(program, s, role) for s in found.values()]
         return planned
 
-    def _within_budget(self, planned: list[Planned]) -> list[Planned]:
-        """The plan cut to the budget left: learning schedules go first, last ones first.
-        The plan keeps every role of a schedule (a tracked one may also be learned from); a
-        schedule is measured once whatever its roles, and only if the store lacks it."""
-        with MeasurementStore(self.config.store) as store:
-            new = {
-                (p.program.hash, p.schedule.hash)
-                for p in planned
-                if self._row(store, p.program.hash, p.schedule.hash) is None
-            }
-        excess = len(new) - (self.config.real_budget - self.state["spent"])
-        keys = [(p.program.hash, p.schedule.hash) for p in planned]
-        dropped: set[int] = set()
-        for i in reversed(range(len(planned))):
-            if excess <= 0:
-                break
-            if planned[i].role == "learn" and keys[i] in new:
-                dropped.add(i)
-                if all(j in dropped for j, k in enumerate(keys) if k == keys[i]):
-                    new.discard(keys[i])
-                    excess -= 1
-        return [p for i, p in enumerate(planned) if i not in dropped]
-
     def _measure(self, planned: list[Planned]) -> CollectReport:
         config = CollectConfig(
             store=Path(self.config.store),
@@ -458,16 +550,26 @@ class Regrounding:
             method=TimingMethod(seed=self.config.seed),
             progress=self.progress,
         )
+        by_key, baseline = {p.key: p for p in planned}, Schedule().hash
+        most_needed = [
+            key
+            for i in priority(planned)
+            for key in ((planned[i].program.hash, baseline), planned[i].key)
+        ]
         with MeasurementStore(self.config.store) as store:
-            unique = {(p.program.hash, p.schedule.hash): p for p in planned}.values()
-            first = {h: i for i, h in reversed(list(enumerate(p.program.hash for p in planned)))}
-            # a program's schedules back to back: a worker keeps its inputs and reference
-            unique = sorted(unique, key=lambda p: first[p.program.hash])
-            todo = [
-                Task(p.program, p.schedule)
-                for p in unique
-                if self._row(store, p.program.hash, p.schedule.hash) is None
+            needed = [
+                key
+                for key in dict.fromkeys([*most_needed, *by_key])
+                if key in by_key and self._row(store, *key) is None
             ]
+            left = max(0, self.config.real_budget - self._spent())
+            if len(needed) > left:  # a resumed round whose kill lost uncommitted rows
+                self.say(f"the real budget leaves {left} of the round's {len(needed)} measurements")
+            first = {h: i for i, h in reversed(list(enumerate(p.program.hash for p in planned)))}
+            # the most needed within the cap; a program's schedules back to back: a worker
+            # keeps its inputs and reference
+            chosen = sorted(needed[:left], key=lambda key: first[key[0]])
+            todo = [Task(by_key[key].program, by_key[key].schedule) for key in chosen]
             report = CollectReport()
             if not todo:
                 return report
@@ -485,10 +587,12 @@ class Regrounding:
         return report
 
     def _spent(self) -> int:
+        """Measurements the run has made: the lines of `measured.jsonl` (one per measurement;
+        one a kill lost before its commit and measured again counts twice, as it cost)."""
         path = self.dir / "measured.jsonl"
         if not path.is_file():
             return 0
-        return len({line for line in path.read_text().splitlines() if line.strip()})
+        return sum(1 for line in path.read_text().splitlines() if line.strip())
 
     def _rows(self, programs: list[Program]) -> Dataset | None:
         with MeasurementStore(self.config.store) as store:
@@ -585,7 +689,7 @@ class Regrounding:
                 base, tuned = time_of(p.program, Schedule()), time_of(p.program, p.schedule)
                 if base and tuned:
                     points.append({"predicted": p.predicted_speedup, "real": base / tuned})
-            _write_atomic(folder / "points.json", json.dumps(points))
+            write_atomic(folder / "points.json", json.dumps(points))
 
             for role in ("track", "heldout", "heuristic"):
                 speedups = []
@@ -696,6 +800,16 @@ def surrogate_metrics(
     result["top1_hit"] = float(np.mean(hits)) if hits else math.nan
     result["rows"] = len(data)
     return result
+
+
+def _budget_line(round_: int, budget: dict, left: int) -> str:
+    """What a round's plan asks for, within its allowance, and what was cut."""
+    cut = ", ".join(f"{n} {role}" for role, n in budget["cut"].items())
+    return (
+        f"round {round_}: {budget['planned']} new measurements planned"
+        f" (the plan wanted {budget['wanted']}; {budget['allowance']} allowed of {left} left)"
+        + (f"; cut: {cut}" if cut else "")
+    )
 
 
 def _round_line(row: dict) -> str:

@@ -5,25 +5,45 @@ row's statistics and never adds a row. Writes are transactions, so a kill at any
 at most the measurements in flight. A row is a verified time or a failure with its reason: a
 wrong output never leaves a time behind. Programs are stored with their MLIR, so a dataset is
 self-contained.
+
+Imports are idempotent. A row records the share of its measurements that came from each origin
+(the row where they were first taken, named by its lineage, or a store, by the id it draws at
+creation), and an export carries the record: a row comes in only with what its origins have
+beyond what the store holds of them, so importing a file twice, or an export and a later, larger
+export of the same store, or a copy that another store merged and measured further, counts every
+measurement once.
+
+Jobs measuring into one store share the work through claims: a job claims a task before
+measuring it, and a task stored or claimed by another live job is not measured again.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
+import os
+import socket
 import sqlite3
 import statistics
 import time
+import uuid
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from mlirrl_jax.measure.fingerprint import machine_fingerprint
 from mlirrl_jax.measure.timing import Measurement
 from mlirrl_jax.programs.ir import Program, parse_program
 from mlirrl_jax.schedule import Schedule
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: origins (idempotent imports), claims (jobs sharing a store)
 MAX_SAMPLES = 16  # per-measurement medians kept per row
+# a claim this old is taken over whoever holds it: a measurement lasts minutes at most, and the
+# owner of a claim made on another host cannot be checked for life
+CLAIM_MAX_AGE_S = 3600.0
+STORED = "stored"  # why a claim is refused: the task's row is in the store
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -62,6 +82,27 @@ CREATE TABLE IF NOT EXISTS measurements (
     UNIQUE (program_hash, schedule_hash, machine_id, threads)
 );
 CREATE INDEX IF NOT EXISTS measurements_program ON measurements (program_hash, machine_id);
+-- the shares of a row's measurements that imports brought, by origin (`Share`)
+CREATE TABLE IF NOT EXISTS origins (
+    measurement_id INTEGER NOT NULL REFERENCES measurements(id),
+    origin TEXT NOT NULL,
+    n_measured INTEGER NOT NULL,
+    n_failed INTEGER NOT NULL,
+    samples TEXT NOT NULL,
+    PRIMARY KEY (measurement_id, origin)
+);
+-- tasks a job is measuring now, by the job's token and the host and pid that keep it alive
+CREATE TABLE IF NOT EXISTS claims (
+    program_hash TEXT NOT NULL,
+    schedule_hash TEXT NOT NULL,
+    machine_id TEXT NOT NULL,
+    threads INTEGER NOT NULL,
+    owner TEXT NOT NULL,
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    claimed_at REAL NOT NULL,
+    PRIMARY KEY (program_hash, schedule_hash, machine_id, threads)
+);
 """
 
 COLUMNS = (
@@ -93,6 +134,37 @@ COLUMNS = (
 
 class StoreError(ValueError):
     """A store operation that would lose or mix data."""
+
+
+@dataclass
+class ImportReport:
+    """What an import did with a file's rows."""
+
+    new: int = 0  # rows the store lacked
+    merged: int = 0  # rows that added measurements to a stored row
+    skipped: int = 0  # rows whose measurements the store holds already (imported before)
+
+
+class Share(NamedTuple):
+    """The measurements of a row that came from one origin."""
+
+    measured: int
+    failed: int
+    samples: list[float]  # their verified times (per-measurement medians), oldest first
+
+
+@dataclass(frozen=True)
+class ClaimOwner:
+    """A job claiming tasks: its own token, and the host and pid whose life keeps claims."""
+
+    token: str
+    host: str
+    pid: int
+
+    @classmethod
+    def here(cls) -> ClaimOwner:
+        """A new owner for a job of this process."""
+        return cls(uuid.uuid4().hex[:16], socket.gethostname(), os.getpid())
 
 
 class MeasurementStore:
@@ -133,15 +205,34 @@ class MeasurementStore:
         if not create and not {"meta", "programs", "measurements"} <= tables:
             raise StoreError(f"{self.path}: holds no measurement store tables")
         self._db.executescript(_SCHEMA)
-        version = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        if version is None:
-            self._db.execute(
-                "INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
-            )
-        elif int(version[0]) != SCHEMA_VERSION:
+        version = self._meta("schema_version")
+        if version is None or int(version) < SCHEMA_VERSION:
+            with self._transaction():
+                self._upgrade()
+        elif int(version) > SCHEMA_VERSION:
             raise StoreError(
-                f"{self.path}: schema version {version[0]}, this code reads {SCHEMA_VERSION}"
+                f"{self.path}: schema version {version}, this code reads {SCHEMA_VERSION}; "
+                "update mlirrl-jax to open it"
             )
+        self.store_id: str = self._meta("store_id")
+
+    def _meta(self, key: str) -> str | None:
+        row = self._db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def _upgrade(self) -> None:
+        """Bring a new or older store to SCHEMA_VERSION, inside a transaction."""
+        version = self._meta("schema_version")  # again: another process may have upgraded it
+        if version is not None and int(version) >= SCHEMA_VERSION:
+            return
+        # from version 1 nothing moves: its rows record no origins, so all their measurements
+        # are their own lineage's, as an export of schema 1 says of them too
+        self._db.execute(
+            "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+        )
+        self._db.execute(
+            "INSERT OR IGNORE INTO meta VALUES ('store_id', ?)", (uuid.uuid4().hex[:16],)
+        )
 
     def close(self) -> None:
         self._db.close()
@@ -160,13 +251,78 @@ class MeasurementStore:
                 [(p.hash, p.name, p.mlir, p.flops, time.time()) for p in programs],
             )
 
-    def put(self, measurements: Iterable[Measurement]) -> int:
-        """Store measurements in one transaction; returns how many rows were new."""
+    def put(self, measurements: Iterable[Measurement], claimed_by: ClaimOwner | None = None) -> int:
+        """Store measurements in one transaction, releasing `claimed_by`'s claims on them;
+        returns how many rows were new."""
         new = 0
         with self._transaction():
             for m in measurements:
                 new += self._upsert(m)
+                if claimed_by is not None:
+                    self._db.execute(
+                        "DELETE FROM claims WHERE program_hash=? AND schedule_hash=? "
+                        "AND machine_id=? AND threads=? AND owner=?",
+                        (*_key(m), claimed_by.token),
+                    )
         return new
+
+    # -- claims: jobs measuring into one store share the work
+    def claim(
+        self,
+        program_hash: str,
+        schedule_hash: str,
+        machine_id: str,
+        threads: int,
+        owner: ClaimOwner,
+    ) -> str | None:
+        """Claim a task for `owner`: None when it is theirs now, else why not (`STORED`, or
+        held by another live job). Claims of dead owners or older than CLAIM_MAX_AGE_S are
+        taken over."""
+        key = (program_hash, schedule_hash, machine_id, threads)
+        where = "program_hash=? AND schedule_hash=? AND machine_id=? AND threads=?"
+        with self._transaction():
+            if self._db.execute(f"SELECT 1 FROM measurements WHERE {where}", key).fetchone():
+                return STORED
+            held = self._db.execute(f"SELECT * FROM claims WHERE {where}", key).fetchone()
+            if (
+                held is not None
+                and held["owner"] != owner.token
+                and time.time() - held["claimed_at"] < CLAIM_MAX_AGE_S
+                and _alive(held["host"], held["pid"])
+            ):
+                return f"claimed by pid {held['pid']} on {held['host']}"
+            self._db.execute(
+                "INSERT OR REPLACE INTO claims VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (*key, owner.token, owner.host, owner.pid, time.time()),
+            )
+        return None
+
+    def claimed(self, machine_id: str, threads: int = 1) -> list[tuple[str, str]]:
+        """(program hash, schedule hash) of the tasks of a machine and thread count that jobs
+        hold claims on."""
+        rows = self._db.execute(
+            "SELECT program_hash, schedule_hash FROM claims WHERE machine_id=? AND threads=?",
+            (machine_id, threads),
+        )
+        return [tuple(r) for r in rows]
+
+    def release(self, owner: ClaimOwner) -> None:
+        """Drop every claim of `owner` (its job ends)."""
+        with self._transaction():
+            self._db.execute("DELETE FROM claims WHERE owner=?", (owner.token,))
+
+    def other_claimants(self, owner: ClaimOwner) -> set[int]:
+        """Pids of the other live jobs on this host that hold claims here; the claims of dead
+        ones are dropped."""
+        held = self._db.execute(
+            "SELECT DISTINCT owner, pid FROM claims WHERE host=? AND owner!=?",
+            (owner.host, owner.token),
+        ).fetchall()
+        dead = [token for token, pid in held if not _alive(owner.host, pid)]
+        if dead:
+            with self._transaction():
+                self._db.executemany("DELETE FROM claims WHERE owner=?", [(t,) for t in dead])
+        return {pid for token, pid in held if token not in dead}
 
     def _upsert(self, m: Measurement) -> int:
         if not self._db.execute(
@@ -175,11 +331,9 @@ class MeasurementStore:
             raise StoreError(
                 f"program {m.program} ({m.program_hash[:12]}) is not in the store; add_programs first"
             )
-        machine = m.fingerprint["machine"]["machine_id"]
-        key = (m.program_hash, m.schedule_hash, machine, m.threads)
         old = self._db.execute(
             "SELECT * FROM measurements WHERE program_hash=? AND schedule_hash=? AND machine_id=? AND threads=?",
-            key,
+            _key(m),
         ).fetchone()
         row = _row_of(m)
         if old is None:
@@ -236,14 +390,17 @@ class MeasurementStore:
         for row in self._db.execute(f"SELECT * FROM measurements{where} ORDER BY id", args):
             yield _decoded(row)
 
-    def schedule_hashes(self, program_hash: str, machine_id: str, threads: int = 1) -> set[str]:
-        return {
-            r[0]
-            for r in self._db.execute(
-                "SELECT schedule_hash FROM measurements WHERE program_hash=? AND machine_id=? AND threads=?",
-                (program_hash, machine_id, threads),
-            )
-        }
+    def keys_since(
+        self, row_id: int, machine_id: str, threads: int = 1
+    ) -> list[tuple[int, str, str]]:
+        """(id, program hash, schedule hash) of the rows of a machine and thread count added
+        after row `row_id` (0: all), by id: a job follows what other jobs store."""
+        rows = self._db.execute(
+            "SELECT id, program_hash, schedule_hash FROM measurements "
+            "WHERE id>? AND machine_id=? AND threads=? ORDER BY id",
+            (row_id, machine_id, threads),
+        )
+        return [tuple(r) for r in rows]
 
     def count(self, machine_id: str | None = None, status: str | None = None) -> int:
         clauses, args = [], []
@@ -334,10 +491,15 @@ class MeasurementStore:
 
         Compact, for shipped seeds: rows grouped by program, floats byte-stream split, zstd at
         its strongest level; `schedule_hash` is left out, as `Schedule.loads(schedule).hash`
-        gives it back (`import_parquet` does so), and it is the one incompressible column."""
+        gives it back (`import_parquet` does so), and it is the one incompressible column.
+        `provenance` holds each row's shares by origin but its lineage's (`Share`), so that
+        importing the file again, or a later export, adds only what is new."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
+        recorded: dict[int, dict[str, Share]] = {}
+        for o in self._db.execute("SELECT * FROM origins"):
+            recorded.setdefault(o["measurement_id"], {})[o["origin"]] = _share(o)
         rows = list(
             self._db.execute(
                 "SELECT m.*, p.mlir AS program_mlir, p.flops AS program_flops FROM measurements m "
@@ -348,16 +510,23 @@ class MeasurementStore:
             )
         )
         names = [c for c in (*COLUMNS, "program_mlir", "program_flops") if c != "schedule_hash"]
-        table = pa.table({n: [r[n] for r in rows] for n in names})
+        columns = {n: [r[n] for r in rows] for n in names}
+        columns["provenance"] = [
+            _provenance(r, self._shares(r, recorded.get(r["id"], {}))) for r in rows
+        ]
+        table = pa.table(columns)
         floats = [f.name for f in table.schema if pa.types.is_floating(f.type)]
         pq.write_table(
             table,
             str(path),
             compression="zstd",
             compression_level=19,
-            use_dictionary=[n for n in names if n not in floats],
+            use_dictionary=[n for n in columns if n not in floats],
             use_byte_stream_split=floats,
         )
+        from mlirrl_jax import integrity
+
+        integrity.seal_file(path)  # its sidecar checksum, which `import_parquet` checks
         return len(rows)
 
     def import_parquet(
@@ -365,16 +534,24 @@ class MeasurementStore:
         path: str | Path,
         allow_other_machines: bool = False,
         this_machine: str | None = None,
-    ) -> int:
-        """Merge a Parquet export in.
+    ) -> ImportReport:
+        """Merge a Parquet export in, each measurement once however often it comes.
 
         Rows of this machine (`this_machine`, by default the fingerprint of the one running)
         always come in. Rows of any other machine come in only with `allow_other_machines`,
         whatever the store already holds, and then sit beside this machine's rows under their
         own machine id: nothing reads them unless asked for that machine by name.
+
+        A row brings only what its origins have beyond what the store holds of them, their
+        newest samples. The limit: a store of schema 1 recorded no origins, so the rows it
+        merged from an import count as its own (again, beside the file they came from), and
+        those it copied whole share their origin's lineage with what it measured after.
         """
         import pyarrow.parquet as pq
 
+        from mlirrl_jax import integrity
+
+        integrity.verify_file(path, "export it again (`mlirrl-jax store export`)")
         records = pq.read_table(str(path)).to_pylist()
         for r in records:  # compact exports leave the derivable schedule hash out
             if r.get("schedule_hash") is None:
@@ -390,7 +567,7 @@ class MeasurementStore:
                 "them with `store import --allow-other-machines` (allow_other_machines=True "
                 "from Python) to keep them beside this machine's rows, under their own id"
             )
-        new = 0
+        report = ImportReport()
         with self._transaction():
             for r in records:
                 self._db.execute(
@@ -407,19 +584,72 @@ class MeasurementStore:
                     "SELECT * FROM measurements WHERE program_hash=? AND schedule_hash=? AND machine_id=? AND threads=?",
                     (r["program_hash"], r["schedule_hash"], r["machine_id"], r["threads"]),
                 ).fetchone()
+                recorded = {} if old is None else self._recorded(old["id"])
+                # a row born elsewhere holds this store's own measurements under its id
+                own = self.store_id if old is None else self._own_origin(old, recorded)
+                held = {} if old is None else self._shares(old, recorded)
+                given = _exported_shares(r)
+                if old is None:  # its lineage is recorded, even empty: the row was born there
+                    given.setdefault(_lineage(r), Share(0, 0, []))
+                # what each origin has beyond what this store holds of it: a file imported
+                # again adds nothing, a later export of the same store only its newer part
+                measured = failed = 0
+                samples: list[float] = []
+                for origin, share in given.items():
+                    had = held.get(origin, Share(0, 0, []))
+                    more = share.measured - had.measured
+                    if more > 0:
+                        more_failed = max(0, share.failed - had.failed)
+                        measured, failed = measured + more, failed + more_failed
+                        verified = more - more_failed  # an origin's newest samples are new
+                        samples += share.samples[-verified:] if verified > 0 else []
+                if measured == 0:
+                    report.skipped += 1
+                    continue
+                contribution = {c: r[c] for c in COLUMNS}
+                contribution.update(
+                    n_measured=measured, n_failed=failed, samples=json.dumps(samples[-MAX_SAMPLES:])
+                )
                 if old is None:
-                    self._db.execute(
+                    row_id = self._db.execute(
                         f"INSERT INTO measurements ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
-                        [r[c] for c in COLUMNS],
-                    )
-                    new += 1
+                        [contribution[c] for c in COLUMNS],
+                    ).lastrowid
+                    report.new += 1
                 else:
-                    merged = _merge(dict(old), {c: r[c] for c in COLUMNS})
+                    merged = _merge(dict(old), contribution)
                     self._db.execute(
                         f"UPDATE measurements SET {', '.join(f'{c}=?' for c in COLUMNS)} WHERE id=?",
                         [merged[c] for c in COLUMNS] + [old["id"]],
                     )
-        return new
+                    row_id = old["id"]
+                    report.merged += 1
+                self._db.executemany(  # the newer shares; this store's own is never recorded
+                    "INSERT OR REPLACE INTO origins VALUES (?, ?, ?, ?, ?)",
+                    [
+                        (row_id, o, share.measured, share.failed, json.dumps(share.samples))
+                        for o, share in given.items()
+                        if o != own and (o not in held or share.measured > held[o].measured)
+                    ],
+                )
+        return report
+
+    def _recorded(self, row_id: int) -> dict[str, Share]:
+        """The shares imports brought a stored row, by origin."""
+        return {
+            o["origin"]: _share(o)
+            for o in self._db.execute("SELECT * FROM origins WHERE measurement_id=?", (row_id,))
+        }
+
+    def _shares(self, row, recorded: dict[str, Share]) -> dict[str, Share]:
+        """A stored row's shares by origin: those imports `recorded`, and its own."""
+        return {**recorded, self._own_origin(row, recorded): _rest(row, recorded)}
+
+    def _own_origin(self, row, recorded: dict[str, Share]) -> str:
+        """The origin a stored row's own measurements (taken here) are credited to: the row's
+        lineage if it was born here, else this store's id (an import recorded the lineage)."""
+        lineage = _lineage(row)
+        return self.store_id if lineage in recorded else lineage
 
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -444,6 +674,65 @@ def _check_sqlite_file(path: Path) -> None:
             f"{path}: truncated measurement store: {size} bytes, its header says "
             f"{pages * page_size}"
         )
+
+
+def _alive(host: str, pid: int) -> bool:
+    """Whether a claim's owner may still run: a pid is only checked on its own host."""
+    if host != socket.gethostname():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def _key(m: Measurement) -> tuple[str, str, str, int]:
+    """A measurement's row key: (program hash, schedule hash, machine id, threads)."""
+    return (m.program_hash, m.schedule_hash, m.fingerprint["machine"]["machine_id"], m.threads)
+
+
+def _lineage(row) -> str:
+    """The origin of the measurements of the row where they were first taken: its key and the
+    time of its first measurement (exact, as repr), which every later version and copy keeps."""
+    text = f"{row['machine_id']} {row['program_hash']} {row['schedule_hash']} {row['threads']}"
+    return "row:" + hashlib.sha256(f"{text} {row['created_at']!r}".encode()).hexdigest()[:16]
+
+
+def _share(origin: sqlite3.Row) -> Share:
+    return Share(origin["n_measured"], origin["n_failed"], json.loads(origin["samples"]))
+
+
+def _rest(row, shares: dict[str, Share]) -> Share:
+    """What a row holds beyond `shares`: its counts less theirs, its samples less theirs."""
+    samples = json.loads(row["samples"])
+    for share in shares.values():
+        for sample in share.samples:
+            if sample in samples:  # a wrong output or another runtime dropped the row's times
+                samples.remove(sample)
+    return Share(
+        row["n_measured"] - sum(s.measured for s in shares.values()),
+        row["n_failed"] - sum(s.failed for s in shares.values()),
+        samples,
+    )
+
+
+def _provenance(row, shares: dict[str, Share]) -> str:
+    """An exported row's shares by origin (JSON), but its lineage's: an importer credits the
+    lineage with the rest (`_exported_shares`), as it does a row exported without them."""
+    lineage = _lineage(row)
+    listed = {o: list(s) for o, s in shares.items() if s.measured > 0 and o != lineage}
+    return json.dumps(listed, sort_keys=True, separators=(",", ":"))
+
+
+def _exported_shares(record: dict) -> dict[str, Share]:
+    """An exported row's shares by origin: those its provenance lists, and the rest its own
+    lineage's (all of it, from a file of schema 1)."""
+    listed = {o: Share(*s) for o, s in json.loads(record.get("provenance") or "{}").items()}
+    rest = _rest(record, listed)
+    return {**listed, _lineage(record): rest} if rest.measured > 0 else listed
 
 
 def _row_of(m: Measurement) -> dict:
@@ -503,6 +792,8 @@ def _merge(old: dict, new: dict) -> dict:
     if new["status"] != "ok":
         if old["status"] != "ok":
             merged.update(status=new["status"], error=new["error"])
+        return merged
+    if new["samples"] == "[]":  # an import's newer part that holds failures only: counted
         return merged
     earlier = json.loads(old["samples"])
     if old["runtime"] != new["runtime"]:  # other parallel code: the new times replace them

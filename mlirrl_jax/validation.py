@@ -25,11 +25,14 @@ thread count) to `validation.jsonl` as they come: a killed validation run again 
 folder goes on where it stopped. The report is `validation.md` and `validation.json` beside
 it, the plots `validation_speedups.png`, `validation_cdf.png`, `validation_predicted.png`,
 and every measured method's best schedule is saved under `validation/schedules/`, replayable
-with the `mlirrl-jax measure` command the report prints.
+with the `mlirrl-jax measure` command the report prints. Every file but the appended
+`validation.jsonl` is written whole or not at all; a line of it cut short (a kill, a full
+disk) is cut off before the next run appends to it.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -50,6 +53,7 @@ from mlirrl_jax.measure.fingerprint import machine_fingerprint
 from mlirrl_jax.measure.runner import Runner
 from mlirrl_jax.measure.timing import Measurement, TimingMethod
 from mlirrl_jax.programs.ir import Program
+from mlirrl_jax.runfolder import naming, write_atomic
 from mlirrl_jax.schedule import Schedule
 from mlirrl_jax.validate import geomean, program_kind
 
@@ -323,7 +327,7 @@ class Validation:
                     "another folder, or remove it to start again"
                 )
         else:
-            settings.write_text(json.dumps(recorded, indent=1))
+            write_atomic(settings, json.dumps(recorded, indent=1))
 
     def done(self) -> list[dict]:
         if not self.rows_path.is_file():
@@ -336,7 +340,18 @@ class Validation:
                 break  # a line a kill cut short: measured again
         return rows
 
+    def _cut_partial_line(self) -> None:
+        """Drop a last line a kill or a full disk cut short, so that appended rows follow a
+        whole one (`done` stops reading at a broken line)."""
+        if not self.rows_path.is_file():
+            return
+        data = self.rows_path.read_bytes()
+        whole = data.rfind(b"\n") + 1
+        if whole < len(data):
+            os.truncate(self.rows_path, whole)
+
     def run(self) -> list[dict]:
+        self._cut_partial_line()
         rows = self.done()
         have = {(r["program"], r["threads"]) for r in rows}
         todo = [
@@ -370,7 +385,7 @@ class Validation:
         try:
             with (
                 Runner(self.config.timeout_s, self.config.mem_limit_mb) as runner,
-                open(self.rows_path, "a") as log,
+                open(self.rows_path, "ab", buffering=0) as log,  # no buffer to flush at close
             ):
                 bases: dict[str, Measurement] = {}
                 for p, threads in jobs:
@@ -383,9 +398,11 @@ class Validation:
                             store.put([bases[name]])
                     row = _measure_plan(p, threads, bases[name], runner, self.config, store)
                     row["machine_id"] = self.machine
-                    log.write(json.dumps(row) + "\n")
-                    log.flush()
-                    os.fsync(log.fileno())
+                    line = (json.dumps(row) + "\n").encode()
+                    with naming(self.rows_path):
+                        while line:  # a write cut short by a filling disk: the rest, or ENOSPC
+                            line = line[log.write(line) :]
+                        os.fsync(log.fileno())
                     rows.append(row)
                     bar.update(1)
                     bar.set_postfix_str(f"{name.split('/')[-1]} t{threads}")
@@ -407,9 +424,9 @@ class Validation:
         summary["surrogate_threads"] = {str(t): self.agents[t].surrogate.threads for t in threads}
         paths = save_schedules(rows, self.out / "validation" / "schedules")
         text = format_validation(rows, summary, self.config, paths)
-        (self.out / "validation.md").write_text(text + "\n")
-        (self.out / "validation.json").write_text(
-            json.dumps({"summary": summary, "rows": rows}, indent=1)
+        write_atomic(self.out / "validation.md", text + "\n")
+        write_atomic(
+            self.out / "validation.json", json.dumps({"summary": summary, "rows": rows}, indent=1)
         )
         save_validation_plots(rows, self.out)
         return summary
@@ -526,6 +543,13 @@ def _slug(name: str) -> str:
     return name.split("://")[-1].replace("/", "_")
 
 
+def _save_png(fig, path: Path) -> None:
+    """Save a figure as a PNG file, whole or not at all."""
+    image = io.BytesIO()
+    fig.savefig(image, format="png", dpi=100)
+    write_atomic(path, image.getvalue())
+
+
 def save_schedules(rows: list[dict], folder: Path) -> dict:
     """Each row's measured methods' best schedules as JSON files; returns
     {(program, threads, method): path}."""
@@ -536,7 +560,7 @@ def save_schedules(rows: list[dict], folder: Path) -> dict:
                 continue
             path = folder / _slug(r["program"]) / f"{name}-t{r['threads']}.json"
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(m["schedule"], indent=1))
+            write_atomic(path, json.dumps(m["schedule"], indent=1))
             paths[(r["program"], r["threads"], name)] = path
     return paths
 
@@ -692,7 +716,7 @@ def save_validation_plots(rows: list[dict], folder: Path) -> list[Path]:
         ax.legend(fontsize=8)
     fig.tight_layout()
     written.append(folder / "validation_speedups.png")
-    fig.savefig(written[-1], dpi=100)
+    _save_png(fig, written[-1])
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(6, 4.5))
@@ -721,7 +745,7 @@ def save_validation_plots(rows: list[dict], folder: Path) -> list[Path]:
     ax.legend(fontsize=8)
     fig.tight_layout()
     written.append(folder / "validation_cdf.png")
-    fig.savefig(written[-1], dpi=100)
+    _save_png(fig, written[-1])
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(5, 5))
@@ -749,6 +773,6 @@ def save_validation_plots(rows: list[dict], folder: Path) -> list[Path]:
     ax.legend(fontsize=8)
     fig.tight_layout()
     written.append(folder / "validation_predicted.png")
-    fig.savefig(written[-1], dpi=100)
+    _save_png(fig, written[-1])
     plt.close(fig)
     return written

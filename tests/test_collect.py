@@ -18,7 +18,7 @@ from mlirrl_jax.measure.timing import TimingMethod
 QUICK = TimingMethod(min_repeats=2, min_time_s=0.01)
 
 
-def command(store, budget):
+def command(store, budget, workers=2, *options):
     return [
         sys.executable,
         "-m",
@@ -29,11 +29,12 @@ def command(store, budget):
         "--budget",
         str(budget),
         "--workers",
-        "2",
+        str(workers),
         "--max-mflops",
         "0.5",
         "--seed",
         "5",
+        *options,
     ]
 
 
@@ -95,7 +96,9 @@ def test_injected_failures_are_stored_with_their_reason_and_the_job_goes_on(tmp_
         max_mflops=0.5,
         max_programs=8,
         baselines_of=("train",),
-        timeout_s=5,
+        # the hang's limit; it also bounds the measurement after the crash, whose fresh worker
+        # starts, compiles and computes its reference first (5 s was too tight on a busy machine)
+        timeout_s=10,
         method=QUICK,
         inject_faults=("crash", "hang", "wrong_output"),
         progress=False,
@@ -181,6 +184,39 @@ def test_a_rerun_fast_forwards_past_more_stored_schedules_than_the_exhaustion_li
     again = CollectionJob(config(66)).run()
     assert again.stored_for_split == 66 and again.new_rows == 6
     assert duplicates(tmp_path / "e.db") == 0
+
+
+@pytest.mark.slow  # each process compiles its schedule samplers: 30 s to 80 s on 2 cores
+def test_two_jobs_on_one_store_share_the_work_and_never_measure_a_schedule_twice(tmp_path):
+    # two real processes, the same seed (they draw the same schedules), started together
+    store = tmp_path / "shared.db"
+    jobs = [
+        subprocess.Popen(
+            command(store, 6, 1, "--max-programs", "3", "--next-weight", "1", "--timeout", "10"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outputs = [job.communicate(timeout=300) for job in jobs]
+    for job, (_, err) in zip(jobs, outputs, strict=True):
+        assert job.returncode == 0, err[-2000:]
+    measured = [int(out.split("measured ")[1].split()[0]) for out, _ in outputs]
+    skipped = [int(out.split(" skipped (claimed")[0].split()[-1]) for out, _ in outputs]
+    with sqlite3.connect(store) as db:
+        counts = [n for (n,) in db.execute("SELECT n_measured FROM measurements")]
+        claims = db.execute("SELECT COUNT(*) FROM claims").fetchone()[0]
+    assert counts and set(counts) == {1}  # no schedule was measured by both
+    assert len(counts) == sum(measured)  # every measurement a row of its own
+    assert sum(skipped) > 0  # drawing the same schedules, they left each other's alone
+    assert claims == 0  # released as the results were stored
+    # they ran at the same time, and the one that saw the other said so, naming its pid
+    warned = [
+        f"another job (pid {other.pid})" in err
+        for other, (_, err) in zip(reversed(jobs), outputs, strict=True)
+    ]
+    assert any(warned)
 
 
 def test_schedules_come_per_visit_in_a_row_of_each_program(tmp_path):

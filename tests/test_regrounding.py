@@ -1,5 +1,6 @@
 """Re-grounding with a real store and real measurements: a small run of two rounds at two
-threads per kernel, killed with SIGKILL in the middle of its first round's measurements and
+threads per kernel, started by the `train` command with a real budget below what its first
+round would plan, killed with SIGKILL in the middle of its first round's measurements and
 resumed."""
 
 import json
@@ -29,7 +30,7 @@ AGENT = AgentConfig(
     steps=8,
     minibatches=2,
     devices=1,
-    iterations=5,  # rounds after iterations 2 and 4
+    iterations=5,  # the train command replaces it: (rounds + 1) x 2, rounds after 2 and 4
     eval_every=0,
     checkpoint_seconds=0.0,
     suites=("dl-v0",),
@@ -39,13 +40,13 @@ ROUNDS = dict(
     iterations_per_round=2,
     round_programs=2,
     top_k=2,
-    real_budget=40,
+    real_budget=20,  # round 1 alone would plan more: its validation and calibration are cut
     track_programs=1,
     heldout_programs=1,
     heldout_every=1,
     calibration_programs=2,
-    validation_programs=1,
-    validation_k=2,
+    validation_programs=2,
+    validation_k=4,
     max_mflops=0.25,  # element-wise ops and small pools: quick to compile and run
     update_epochs=20,
     timeout_s=60.0,
@@ -63,14 +64,16 @@ def _lines(path: Path) -> list:
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    """The run, killed mid-measurement by SIGKILL, then resumed to its end in this process."""
+    """The run (`train` with no iteration budget), killed mid-measurement by SIGKILL, then
+    resumed to its end in this process."""
     folder = tmp_path_factory.mktemp("regrounding")
     store, out = folder / "m.db", folder / "run"
-    config_path = folder / "agent.json"
+    config_path, settings = folder / "agent.json", folder / "rounds.json"
     config_path.write_text(AGENT.dumps())
-    settings = json.dumps(ROUNDS | {"store": str(store)})
+    settings.write_text(json.dumps(ROUNDS | {"store": str(store)}))
+    command = [sys.executable, "-m", "mlirrl_jax.cli", "train", "--out", str(out)]
     process = subprocess.Popen(
-        [sys.executable, "-c", KILLED_RUN, str(out), str(config_path), settings],
+        [*command, "--config", str(config_path), "--regrounding-config", str(settings)],
         env={**os.environ, "PYTHONPATH": str(REPO)},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -88,41 +91,45 @@ def run(tmp_path_factory):
     return {"out": out, "store": store, "killed_at": killed_at, "summary": summary}
 
 
-KILLED_RUN = """
-import json, sys
-from pathlib import Path
-from mlirrl_jax.agent.run import run_training
-from mlirrl_jax.agent.train import AgentConfig
-from mlirrl_jax.regrounding import RegroundConfig, rounds
-out, config, regrounding = Path(sys.argv[1]), Path(sys.argv[2]), json.loads(sys.argv[3])
-agent = AgentConfig.from_json(json.loads(config.read_text()))
-run_training(out, agent, progress=False, regrounding=rounds(RegroundConfig(**regrounding)))
-"""
-
-
 def test_a_round_stores_exactly_what_it_measured_and_nothing_twice(run):
     here = machine_fingerprint()["machine_id"]
     folder = run["out"] / "regrounding"
-    spent = {tuple(x) for x in _lines(folder / "measured.jsonl")}
+    measured = [tuple(x) for x in _lines(folder / "measured.jsonl")]  # one line a measurement
     with MeasurementStore(run["store"]) as store:
         rows = list(store.rows(machine_id=here))
         assert store.machines() == {here}
     stored = {(r["program_hash"], r["schedule_hash"]) for r in rows}
-    assert stored == spent  # every measurement the run made is stored, and nothing else
+    assert stored == set(measured)  # every measurement the run made is stored, and nothing else
     assert {r["threads"] for r in rows} == {2}
     assert all(r["n_measured"] == 1 for r in rows)  # nothing measured twice across the kill
-    assert len(spent) <= ROUNDS["real_budget"]
+    # the budget is a hard cap over both rounds and the kill, baselines included
+    assert len(rows) <= len(measured) <= ROUNDS["real_budget"]
     state = json.loads((folder / "state.json").read_text())
-    assert state["completed"] == 2 and state["spent"] == len(spent)
-    for round_ in (1, 2):
-        planned = json.loads((folder / f"round-{round_}" / "tasks.json").read_text())
-        assert {t["role"] for t in planned} >= {"learn", "baseline", "track", "heldout"}
-        assert all(t["role"] != "calibration" for t in planned) or round_ == 1
+    assert state["completed"] == 2 and state["spent"] == len(measured)
+    planned = {}
+    # round 2 gets what round 1 and the kill left (what a kill lost before its commit was
+    # measured again, and counts): its learned schedules at least
+    for round_, roles in ((1, {"track", "heldout", "heuristic"}), (2, set())):
+        planned[round_] = json.loads((folder / f"round-{round_}" / "tasks.json").read_text())
+        assert {t["role"] for t in planned[round_]} >= {"learn", "baseline", *roles}
+        assert all(t["role"] != "calibration" for t in planned[round_]) or round_ == 1
+    # nothing measured but what the rounds planned
+    assert set(measured) <= {
+        (t["program_hash"], t["schedule_hash"]) for t in sum(planned.values(), [])
+    }
     rows_by_round = _lines(folder / "rounds.jsonl")
     assert [r["round"] for r in rows_by_round] == [1, 2]
-    assert rows_by_round[0]["on_policy_before"]["rows"] > 0
-    assert rows_by_round[-1]["real_track_geomean"] > 0
-    assert run["summary"]["iterations"] == AGENT.iterations
+    first = rows_by_round[0]
+    # round 1 alone wanted more than the whole budget: it was cut, validation first, and says so
+    assert first["wanted"] > ROUNDS["real_budget"]
+    assert first["planned"] <= first["allowance"] < ROUNDS["real_budget"]
+    assert first["cut"]["validation"] > 0 and "learn" not in first["cut"]
+    assert first["on_policy_before"]["rows"] > 0 and first["real_track_geomean"] > 0
+    # K iterations before each round and K after the last
+    iterations = (ROUNDS["rounds"] + 1) * ROUNDS["iterations_per_round"]
+    assert run["summary"]["iterations"] == iterations
+    lines = _lines(run["out"] / "metrics.jsonl")
+    assert [m["iteration"] for m in lines] == list(range(1, iterations + 1))
 
 
 def test_the_update_keeps_the_rounds_schedules_learnt(run):
@@ -224,3 +231,67 @@ def test_the_train_commands_regrounding_settings(tmp_path):
     settings.write_text(json.dumps({"rounds": 3, "calibraton_k": 4}))
     with pytest.raises(ValueError, match="unknown re-grounding keys"):
         _rounds(parsed("--regrounding-config", str(settings)))
+
+
+def test_a_plan_over_its_allowance_is_cut_in_order(kernel_programs):
+    from mlirrl_jax.regrounding import CUT_ORDER, Planned, within_budget
+    from mlirrl_jax.schedule import Schedule, Transform
+
+    a, b, c, d, e, f = kernel_programs[:6]
+
+    def tiled(size: int) -> Schedule:
+        return Schedule.of({0: [Transform("tile", sizes=(size,))]})
+
+    plan = [
+        Planned(e, tiled(1), "calibration"),  # greedy, then a random one
+        Planned(e, tiled(2), "calibration"),
+        Planned(f, tiled(1), "validation"),
+        Planned(f, tiled(2), "validation"),
+        *(Planned(a, tiled(n), "learn") for n in (1, 2, 3)),  # the agent's best first
+        *(Planned(b, tiled(n), "learn") for n in (1, 2)),
+        Planned(b, tiled(1), "track"),  # also learned: free once that is kept
+        Planned(c, tiled(1), "track"),
+        Planned(d, tiled(1), "heldout"),
+        Planned(d, tiled(2), "heuristic"),
+        *(Planned(p, Schedule(), "baseline") for p in (e, f, a, b, c, d)),
+    ]
+    stored = {(a.hash, tiled(1).hash), (a.hash, Schedule().hash)}  # cost nothing
+
+    def cut(allowance: int) -> tuple[set, dict]:
+        kept, record = within_budget(plan, stored, allowance)
+        new = {p.key for p in kept} - stored
+        assert len(new) == record["planned"] <= allowance and record["wanted"] == 16
+        return {(p.program.name, p.schedule.hash, p.role) for p in kept}, record
+
+    kept, record = cut(16)
+    assert len(kept) == len(plan) and record["cut"] == {}
+    # 8 left: the learned (5 new) and the tracked (2) stay; a held-out schedule and its
+    # baseline would need 2 more; what is cut goes with its program's baseline
+    kept, record = cut(8)
+    assert {role for *_, role in kept} == {"learn", "track", "baseline"}
+    assert record["cut"] == {
+        "validation": 2,
+        "calibration": 2,
+        "heuristic": 1,
+        "heldout": 1,
+        "baseline": 3,
+    }
+    # 3 left: each program's best learned schedules first, the lowest ranked cut
+    kept, record = cut(3)
+    assert {(n, r) for n, _, r in kept if r != "baseline"} == {
+        (a.name, "learn"),
+        (b.name, "learn"),
+        (b.name, "track"),
+    }
+    assert sum(1 for _, h, r in kept if r == "learn") == 3  # a's 1 and 2, b's 1
+    assert record["cut"]["learn"] == 2 and record["cut"]["track"] == 1
+    assert set(CUT_ORDER) | {"baseline"} >= {p.role for p in plan}
+
+
+def test_the_iterations_reach_every_round():
+    chosen = RegroundConfig(rounds=2, iterations_per_round=10)
+    assert chosen.run_iterations() == 30  # K before each round, K after the last
+    chosen.check_iterations(21)  # the last round comes after iteration 20
+    chosen.check_iterations(0)  # a time budget
+    with pytest.raises(ValueError, match="reaches 1 of the 2 .* give --iterations 21 or more"):
+        chosen.check_iterations(20)

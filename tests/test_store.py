@@ -1,17 +1,34 @@
 """The measurement store: one real SQLite file, unique rows, merges, Parquet exchange."""
 
 import dataclasses
+import json
+import os
+import socket
 import sqlite3
+import subprocess
+import sys
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
+from mlirrl_jax.cli import main
 from mlirrl_jax.measure.fingerprint import fingerprint
 from mlirrl_jax.measure.timing import Measurement
 from mlirrl_jax.schedule import Schedule, Transform
-from mlirrl_jax.store import MeasurementStore, StoreError
+from mlirrl_jax.store import (
+    CLAIM_MAX_AGE_S,
+    STORED,
+    ClaimOwner,
+    ImportReport,
+    MeasurementStore,
+    StoreError,
+)
 
 SCHEDULE = Schedule.of({1: [Transform("tile", (8, 32, 1)), Transform("vectorize")]})
+SEED = sorted((Path(__file__).resolve().parent.parent / "data" / "seed").glob("*.parquet"))[0]
+# two programs of the seed whose rows include ones measured twice and failures
+SEED_PROGRAMS = ["suite://dl-v0/add_1x28x28x512", "suite://dl-v0/softmax_exp_r3072_c256"]
 
 
 def measurement(program, schedule=SCHEDULE, status="ok", median=1e-3, **extra):
@@ -97,14 +114,14 @@ def test_parquet_round_trip_and_machine_check(store, matmul, tmp_path):
     path = tmp_path / "export.parquet"
     assert store.export_parquet(path) == 2
     with MeasurementStore(tmp_path / "other.db") as other:
-        assert other.import_parquet(path) == 2
-        assert other.import_parquet(path) == 0  # merges, no duplicates
+        assert other.import_parquet(path) == ImportReport(new=2)
+        assert other.import_parquet(path) == ImportReport(skipped=2)  # no duplicates
         assert other.count() == 2
         assert other.program(matmul.hash).hash == matmul.hash  # self-contained
         # the schedule hash is left out of the file and derived again on import
         assert "schedule_hash" not in pq.read_table(path).column_names
-        hashes = store.schedule_hashes(matmul.hash, machine(), 1)
-        assert len(hashes) == 2 and other.schedule_hashes(matmul.hash, machine(), 1) == hashes
+        hashes = {h for _, _, h in store.keys_since(0, machine())}
+        assert len(hashes) == 2 and {h for _, _, h in other.keys_since(0, machine())} == hashes
     # the same file claiming to come from another machine is refused by a store of this one
     table = pq.read_table(path)
     table = table.set_column(
@@ -114,7 +131,7 @@ def test_parquet_round_trip_and_machine_check(store, matmul, tmp_path):
     pq.write_table(table, foreign)
     with pytest.raises(StoreError, match="do not mix"):
         store.import_parquet(foreign)
-    assert store.import_parquet(foreign, allow_other_machines=True) == 2
+    assert store.import_parquet(foreign, allow_other_machines=True).new == 2
     assert store.machines() == {machine(), "elsewhere"}
 
 
@@ -133,11 +150,154 @@ def test_another_machines_rows_need_asking_for_even_in_an_empty_store(store, mat
         with pytest.raises(StoreError, match="--allow-other-machines") as refused:
             fresh.import_parquet(foreign)
         assert "prior (2 rows)" in str(refused.value) and fresh.count() == 0
-        assert fresh.import_parquet(foreign, allow_other_machines=True) == 2
+        assert fresh.import_parquet(foreign, allow_other_machines=True).new == 2
         # this machine's own export still comes in without the flag, beside the prior's rows
-        assert fresh.import_parquet(own) == 2
+        assert fresh.import_parquet(own).new == 2
         assert fresh.count(machine_id=machine()) == fresh.count(machine_id="prior") == 2
         assert {r["machine_id"] for r in fresh.rows(machine_id=machine())} == {machine()}
+
+
+def every_row(path) -> list[tuple]:
+    """Every column of every measurement row, in order: all that an import could change."""
+    with sqlite3.connect(path) as db:
+        return db.execute("SELECT * FROM measurements ORDER BY id").fetchall()
+
+
+def statistics_of(store, program, schedule=SCHEDULE) -> tuple:
+    row = store.get(program.hash, schedule.hash, machine())
+    return row["n_measured"], row["n_failed"], sorted(row["samples"]), row["median_s"]
+
+
+def test_the_same_file_imported_three_times_counts_once(tmp_path, capsys):
+    # as the tester did: a slice of the shipped seed (an export of schema 1, without
+    # provenance, of another machine), imported again and again through the command line
+    part = tmp_path / "seed-part.parquet"
+    pq.write_table(pq.read_table(SEED, filters=[("program_name", "in", SEED_PROGRAMS)]), part)
+    source = pq.read_table(part).to_pylist()
+    assert "provenance" not in source[0] and {r["n_measured"] for r in source} > {1}
+    path = tmp_path / "s.db"
+    args = ["store", "import", str(part), "--store", str(path), "--allow-other-machines"]
+    assert main(args) == 0
+    assert f"{len(source)} new rows, 0 merged" in capsys.readouterr().out
+    first = every_row(path)
+    for _ in range(2):
+        assert main(args) == 0
+        out = capsys.readouterr().out
+        assert f"0 new rows, 0 merged into stored rows, {len(source)} skipped" in out
+    assert every_row(path) == first  # byte for byte, timestamps included
+    with MeasurementStore(path) as store:
+        stored = {(r["program_hash"], r["schedule_hash"]): r for r in store.rows()}
+    for r in source:  # and each row holds just what the file does
+        row = stored[r["program_hash"], Schedule.loads(r["schedule"]).hash]
+        assert (row["n_measured"], row["n_failed"], row["samples"], row["median_s"]) == (
+            r["n_measured"],
+            r["n_failed"],
+            json.loads(r["samples"]),
+            r["median_s"],
+        )
+
+
+def test_later_exports_and_copies_measured_further_add_only_what_is_new(store, matmul, tmp_path):
+    store.put([measurement(matmul, median=1e-3)])
+    store.export_parquet(tmp_path / "v1.parquet")
+    store.put([measurement(matmul, median=2e-3), measurement(matmul, status="timeout")])
+    store.put([measurement(matmul, schedule=Schedule(), median=5e-3)])
+    store.export_parquet(tmp_path / "v2.parquet")
+    assert statistics_of(store, matmul)[:3] == (3, 1, [1e-3, 2e-3])
+    # an export and a later, larger one of the same store, in either order: each once
+    for order, reports in (
+        (["v1", "v2"], [ImportReport(new=1), ImportReport(new=1, merged=1)]),
+        (["v2", "v1"], [ImportReport(new=2), ImportReport(skipped=1)]),
+    ):
+        with MeasurementStore(tmp_path / f"{order[0]}-first.db") as copy:
+            assert [copy.import_parquet(tmp_path / f"{v}.parquet") for v in order] == reports
+            assert statistics_of(copy, matmul) == statistics_of(store, matmul)
+    # a fork: another store measured the row itself, merged v1 in, measured again, exported
+    with MeasurementStore(tmp_path / "fork.db") as fork:
+        fork.add_programs([matmul])
+        fork.put([measurement(matmul, median=4e-3)])
+        fork.import_parquet(tmp_path / "v1.parquet")
+        fork.put([measurement(matmul, median=6e-3)])
+        fork.export_parquet(tmp_path / "fork.parquet")
+    everything = (5, 1, [1e-3, 2e-3, 4e-3, 6e-3], 3e-3)
+    with MeasurementStore(tmp_path / "all.db") as combined:
+        for name in ("v2", "fork", "v1", "fork", "v2"):
+            combined.import_parquet(tmp_path / f"{name}.parquet")
+        assert statistics_of(combined, matmul) == everything
+        # back into the first store, only the fork's own two measurements come in
+        assert store.import_parquet(tmp_path / "fork.parquet") == ImportReport(merged=1)
+        assert store.import_parquet(tmp_path / "fork.parquet") == ImportReport(skipped=1)
+        assert statistics_of(store, matmul) == everything
+        # and its export of it all brings the combined store nothing it lacks
+        store.export_parquet(tmp_path / "v3.parquet")
+        assert combined.import_parquet(tmp_path / "v3.parquet") == ImportReport(skipped=2)
+
+
+def test_a_store_of_schema_1_is_migrated_and_imports_its_old_exports_once(store, matmul, tmp_path):
+    store.put([measurement(matmul, median=1e-3), measurement(matmul, median=2e-3)])
+    exported = tmp_path / "export.parquet"
+    store.export_parquet(exported)
+    old_export = tmp_path / "old.parquet"  # as schema 1 wrote it: no provenance
+    pq.write_table(pq.read_table(exported).drop(["provenance"]), old_export)
+    before = every_row(store.path)
+    store.close()
+    with sqlite3.connect(store.path) as db:  # the store as schema 1 left it
+        db.executescript(
+            "DROP TABLE origins; DROP TABLE claims; DELETE FROM meta WHERE key='store_id'; "
+            "UPDATE meta SET value='1' WHERE key='schema_version';"
+        )
+    with MeasurementStore(store.path) as migrated:
+        assert migrated._meta("schema_version") == "2" and migrated.store_id
+        assert every_row(migrated.path) == before
+        assert migrated.import_parquet(old_export) == ImportReport(skipped=1)
+        migrated.put([measurement(matmul, median=3e-3)])
+        migrated.export_parquet(exported)
+    with MeasurementStore(tmp_path / "reader.db") as reader:
+        assert reader.import_parquet(old_export) == ImportReport(new=1)
+        assert reader.import_parquet(exported) == ImportReport(merged=1)  # only the third
+        assert statistics_of(reader, matmul) == (3, 0, [1e-3, 2e-3, 3e-3], 2e-3)
+
+
+def dead_pid() -> int:
+    """The pid of a process that has ended, as a job killed with -9 has."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def claims(store) -> dict[tuple, str]:
+    rows = store._db.execute("SELECT program_hash, schedule_hash, threads, owner FROM claims")
+    return {(r[0], r[1], r[2]): r[3] for r in rows}
+
+
+def test_claims_hold_while_their_owner_lives_and_are_taken_over_after(store, matmul):
+    task = (matmul.hash, SCHEDULE.hash, machine(), 1)
+    mine, other = ClaimOwner.here(), ClaimOwner.here()  # two jobs of this live process
+    assert store.claim(*task, mine) is None and store.claim(*task, mine) is None
+    here = socket.gethostname()
+    assert store.claim(*task, other) == f"claimed by pid {os.getpid()} on {here}"
+    # a dead owner's claim is taken over, and dropped when a job looks for others
+    dead = ClaimOwner("dead-job", here, dead_pid())
+    baseline = (matmul.hash, Schedule().hash, machine(), 1)
+    threaded = (matmul.hash, SCHEDULE.hash, machine(), 2)
+    assert store.claim(*baseline, dead) is None and store.claim(*threaded, dead) is None
+    assert store.claim(*baseline, other) is None
+    assert claims(store)[matmul.hash, Schedule().hash, 1] == other.token
+    assert store.other_claimants(mine) == {os.getpid()}
+    assert "dead-job" not in claims(store).values()
+    # another host's owner cannot be checked: its claim holds until it is CLAIM_MAX_AGE_S old
+    far = ClaimOwner("far-job", "elsewhere", 1)
+    assert store.claim(*threaded, far) is None
+    assert store.claim(*threaded, mine) == "claimed by pid 1 on elsewhere"
+    store._db.execute("UPDATE claims SET claimed_at = claimed_at - ?", (CLAIM_MAX_AGE_S,))
+    assert store.claim(*threaded, mine) is None
+    # a stored result releases its claim, and its task is claimed no more
+    store.put([measurement(matmul)], claimed_by=mine)
+    assert (matmul.hash, SCHEDULE.hash, 1) not in claims(store)
+    assert store.claim(*task, other) == STORED
+    store.release(other)
+    store.release(mine)
+    assert claims(store) == {}
 
 
 def test_schema_version_is_checked(tmp_path):

@@ -15,6 +15,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from mlirrl_jax import integrity
 from mlirrl_jax.agent import checkpoint
 from mlirrl_jax.agent.evaluate import Evaluator
 from mlirrl_jax.agent.networks import abstract
@@ -56,8 +57,11 @@ class Agent:
     def load(cls, run_dir: str | os.PathLike, surrogate: Surrogate | None = None) -> Agent:
         """The agent of a training run's newest checkpoint with the surrogate of its config
         (or `surrogate`); refuses a checkpoint of another observation or action-space
-        version, and a surrogate other than the one it was trained against."""
+        version, and a surrogate other than the one it was trained against. Checks the run's
+        files against its manifest (a finished run's, the shipped agent's) first: a damaged
+        file is one line naming it, before any slow work."""
         run_dir = Path(run_dir)
+        integrity.verify(run_dir, checkpoint.REDO)
         meta = checkpoint.load_meta(run_dir)
         config = AgentConfig.from_json(meta["config"])
         if surrogate is None:

@@ -6,6 +6,13 @@ trained).
 Orbax writes each checkpoint to a temporary folder and renames it when complete, so a kill at
 any moment leaves the previous checkpoint intact; the last three are kept. A checkpoint made
 for another observation or action-space version refuses to load, naming both versions.
+
+Each step folder carries a manifest of its files' sha256 (`mlirrl_jax.integrity`), written
+once orbax has renamed the folder into place, and loading checks it before orbax reads a
+byte: a damaged or missing file is one line naming it. A kill between orbax's rename and the
+manifest leaves a step without one, which loads unverified, as checkpoints saved before
+manifests do. A finished run's own files are sealed (`seal_run`, at the end of
+`run.run_training`); saving a new step breaks that seal, so `save` removes the run's manifest.
 """
 
 from __future__ import annotations
@@ -15,10 +22,12 @@ from pathlib import Path
 import jax
 import orbax.checkpoint as ocp
 
+from mlirrl_jax import integrity
 from mlirrl_jax.actions import ACTION_SPACE_VERSION
 from mlirrl_jax.env.observation import OBSERVATION_VERSION
 
 KEEP = 3
+REDO = "retrain it (`mlirrl-jax train`)"
 
 
 class CheckpointError(ValueError):
@@ -42,6 +51,7 @@ def save(run_dir: Path, state, meta: dict) -> int:
         "action_space_version": ACTION_SPACE_VERSION,
         "iteration": step,
     }
+    (Path(run_dir) / integrity.MANIFEST).unlink(missing_ok=True)  # the run changes
     with _manager(run_dir) as manager:
         if step in manager.all_steps():  # already saved (orbax would skip it silently)
             return step
@@ -52,7 +62,47 @@ def save(run_dir: Path, state, meta: dict) -> int:
             ),
         )
         manager.wait_until_finished()
+    integrity.seal(step_dir(run_dir, step))  # orbax has renamed the step folder into place
     return step
+
+
+# a run's own files; other jobs write beside them (re-grounding's `regrounding/`, a
+# validation's report, the lock) and may rewrite theirs later without breaking the seal
+RUN_FILES = (
+    "config.json",
+    "summary.json",
+    "baselines.json",
+    "metrics.jsonl",
+    "learning_curve.png",
+    "README.md",
+)
+
+
+def seal_run(run_dir: Path) -> Path:
+    """Seal a finished run: a manifest of its own files and checkpoints (`RUN_FILES`,
+    `checkpoints/`), all of which `Agent.load` then checks; returns the manifest's path."""
+    return integrity.seal(
+        run_dir, only=lambda name: name in RUN_FILES or name.startswith("checkpoints/")
+    )
+
+
+def step_dir(run_dir: Path, step: int) -> Path:
+    """The folder of a checkpoint step."""
+    return Path(run_dir) / "checkpoints" / str(step)
+
+
+def verify(run_dir: Path, step: int) -> None:
+    """Check a step's files against its manifest, and the whole run's if it is the shipped
+    agent's (which must be sealed); one line naming a damaged or missing file."""
+    if integrity.must_be_sealed(run_dir):
+        integrity.verify(run_dir, REDO)
+    integrity.verify(step_dir(run_dir, step), REDO)
+
+
+def _reading(run_dir: Path, step: int):
+    """Orbax's errors on a damaged step without a manifest (saved before manifests, or cut
+    off before its manifest) as one line naming the step folder."""
+    return integrity.reading(step_dir(run_dir, step), REDO)
 
 
 def latest_step(run_dir: Path) -> int | None:
@@ -78,7 +128,8 @@ def load_meta(run_dir: Path, step: int | None = None) -> dict:
     step = latest_step(run_dir) if step is None else step
     if step is None:
         raise CheckpointError(f"{run_dir}: no checkpoint here (checkpoints/ is missing or empty)")
-    with _manager(run_dir) as manager:
+    verify(run_dir, step)
+    with _reading(run_dir, step), _manager(run_dir) as manager:
         meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
     for what, current in (
         ("observation", OBSERVATION_VERSION),
@@ -98,7 +149,7 @@ def restore(run_dir: Path, like, step: int | None = None):
     its `jax.eval_shape`) giving the structure, shapes and dtypes to restore into."""
     meta = load_meta(run_dir, step)
     target = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
-    with _manager(run_dir) as manager:
+    with _reading(run_dir, meta["iteration"]), _manager(run_dir) as manager:
         restored = manager.restore(
             meta["iteration"], args=ocp.args.Composite(state=ocp.args.StandardRestore(target))
         )
@@ -121,7 +172,7 @@ def restore_params(run_dir: Path, like, meta: dict | None = None):
     from flax import nnx
 
     meta = meta or load_meta(run_dir)
-    with _manager(run_dir) as manager:
+    with _reading(run_dir, meta["iteration"]), _manager(run_dir) as manager:
         restored = manager.restore(
             meta["iteration"], args=ocp.args.Composite(state=ocp.args.StandardRestore())
         )

@@ -30,6 +30,7 @@ from mlirrl_jax.env.state import encode_programs
 from mlirrl_jax.measure.fingerprint import machine_fingerprint
 from mlirrl_jax.programs import suites
 from mlirrl_jax.programs.ir import Program, parse_program
+from mlirrl_jax.runfolder import write_atomic
 from mlirrl_jax.splits import SPLITS_VERSION, TEST, TRAIN, entries, suite_of
 
 
@@ -78,7 +79,7 @@ def _start(out: Path, config: AgentConfig | None, resume: bool, budget: dict) ->
             )
         config = AgentConfig.from_json({**(config or AgentConfig()).to_json(), **budget})
         out.mkdir(parents=True, exist_ok=True)
-        saved_path.write_text(config.dumps())  # a start that never checkpointed starts anew
+        write_atomic(saved_path, config.dumps())  # a start that never checkpointed starts anew
         return config
     if step is None:
         raise RunError(f"{out}: nothing to resume (no checkpoint in {out / 'checkpoints'})")
@@ -91,7 +92,7 @@ def _start(out: Path, config: AgentConfig | None, resume: bool, budget: dict) ->
             f"a resumed run keeps its config but for its budget; cannot change {unknown}"
         )
     resumed = AgentConfig.from_json({**saved.to_json(), **budget})
-    saved_path.write_text(resumed.dumps())
+    write_atomic(saved_path, resumed.dumps())
     return resumed
 
 
@@ -128,7 +129,7 @@ def _baselines(out: Path, evaluator: Evaluator, reward_params, surrogate, config
         "heuristic": heuristic.tolist(),
         f"random_best_of_{config.eval_random_schedules}": random_best.tolist(),
     }
-    path.write_text(json.dumps(saved, indent=1))
+    write_atomic(path, json.dumps(saved, indent=1))
     return saved
 
 
@@ -288,7 +289,7 @@ def run_training(
     )
     last_checkpoint = time.perf_counter()
     metrics_file = out / "metrics.jsonl"
-    metrics_file.write_text("".join(json.dumps(m) + "\n" for m in metrics))
+    write_atomic(metrics_file, "".join(json.dumps(m) + "\n" for m in metrics))
     try:
         with metrics_file.open("a") as sink:
             while budget_progress(done, trained_s) < 1.0:
@@ -352,8 +353,9 @@ def run_training(
         "test_programs": len(test_programs),
         "test": final.get("test", {}),
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    write_atomic(out / "summary.json", json.dumps(summary, indent=1))
     save_learning_curve(metrics, out / "learning_curve.png", config)
+    checkpoint.seal_run(out)  # the finished run's every file, checked when it loads
     say(format_summary(summary, config))
     return summary
 

@@ -37,7 +37,8 @@ class Surrogate:
 
 
 def load_surrogate(spec: str = "") -> Surrogate:
-    """`spec`: "" (the shipped surrogate), "analytic", or a saved cost model's folder."""
+    """`spec`: "" (the shipped surrogate), "analytic", or a saved cost model's folder (its
+    files checked against its manifest: `CostModel.load`)."""
     if spec == ANALYTIC:
         return Surrogate(AnalyticLogTime(), (), {"kind": ANALYTIC}, DEFAULT_SUITES, ANALYTIC)
     from cost_model.api import CostModel
