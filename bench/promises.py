@@ -7,8 +7,9 @@ process per run folder, and a re-grounding run's real budget is a cap.
    every row (n_measured, samples, median, ...) after the third import equal those after the
    first, byte for byte.
 2. Every file of copies of `data/agent` and `data/cost_model`, each damaged in three ways
-   (bytes flipped, cut short, deleted) in turn: `mlirrl-jax show ... --agent COPY` (which loads
-   the agent and its surrogate) ends with exit status 2 and one stderr line naming the file.
+   (bytes flipped, cut short, deleted) in turn: `mlirrl-jax show ... --agent COPY` (the agent's
+   files) or `mlirrl-jax train --surrogate COPY` (the surrogate's) ends with exit status 2 and
+   one stderr line naming the file.
 3. A short training run, then `train --out R --resume` twice at once: the second is refused
    (exit 2) and how long it took is recorded, from its start to its end.
 4. `train --rounds 2 --iterations-per-round 10 --real-budget 60` into a fresh store: this
@@ -115,22 +116,35 @@ def damages(out: Path) -> dict:
     agent, surrogate = copies / "agent", copies / "cost_model"
     shutil.copytree(SHIPPED_AGENT, agent)
     shutil.copytree(SHIPPED_SURROGATE, surrogate)
-    config = json.loads((agent / "config.json").read_text())
-    config["surrogate"] = str(surrogate)
     rows = []
     import mlirrl_jax.integrity as integrity
 
     # the copies stand for the shipped folders: they must be sealed, as those must
     integrity.SHIPPED_FOLDERS = (agent.resolve(), surrogate.resolve(), SHIPPED_SEEDS)
-    for folder in (agent, surrogate):
+    for folder in (surrogate, agent):  # train splits the cores into devices first
         for path in sorted(p for p in folder.rglob("*") if p.is_file()):
             for fault in ("flip", "truncate", "delete"):
                 original = path.read_bytes()
                 damage(path, fault)
                 stderr = io.StringIO()
                 started = time.perf_counter()
+                # the agent's files through `show --agent`; the surrogate's through the start of
+                # a training run against it (refused before any iteration when damaged)
+                command = (
+                    ["show", PROGRAM, "--agent", str(agent)]
+                    if folder == agent
+                    else [
+                        "train",
+                        "--out",
+                        str(out / "refused"),
+                        "--surrogate",
+                        str(surrogate),
+                        "--iterations",
+                        "1",
+                    ]
+                )
                 with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
-                    code = cli(["show", PROGRAM, "--agent", str(agent)])
+                    code = cli(command)
                 seconds = time.perf_counter() - started
                 path.write_bytes(original)
                 lines = stderr.getvalue().strip().splitlines()
@@ -151,7 +165,8 @@ def damages(out: Path) -> dict:
     good = sum(r["one_line_naming_it"] and r["exit"] == 2 for r in rows)
     print(f"damage: {good}/{len(rows)} cases one line naming the file, exit 2", flush=True)
     return {
-        "command": f"mlirrl-jax show {PROGRAM} --agent COPY  (a surrogate copy in its config)",
+        "command": f"mlirrl-jax show {PROGRAM} --agent AGENT_COPY; mlirrl-jax train --out R "
+        "--surrogate SURROGATE_COPY --iterations 1",
         "cases": len(rows),
         "named": good,
         "slowest_s": max(r["seconds"] for r in rows),

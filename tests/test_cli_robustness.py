@@ -352,3 +352,27 @@ def test_a_ctrl_c_swallowed_in_a_gc_callback_still_stops_the_job():
         check_stop()  # outside a job, nothing is pending
     finally:
         gc.callbacks.remove(callback)
+
+
+def test_the_demo_fails_only_for_a_method_left_without_a_verified_result(capsys):
+    from mlirrl_jax.cli import _methods_without_result
+
+    def row(random_status: str) -> dict:
+        ms = 1.0 if random_status == "ok" else None
+        return {
+            "program": "suite://dl-v0/relu_1x56x56x256",
+            "threads": 1,
+            "failed": ["timeout"],  # one random candidate timed out: a recorded result
+            "unverified": 0,
+            "methods": {
+                "heuristic": {"ms": 0.1, "status": "ok"},
+                "random_k": {"ms": ms, "status": random_status},
+                "numpy": {"ms": None, "status": "not available for this program"},
+            },
+        }
+
+    assert _methods_without_result([row("ok")]) == []
+    assert "candidate schedules ended timeout" in capsys.readouterr().err
+    missing = _methods_without_result([row("no verified schedule")])
+    assert missing == ["suite://dl-v0/relu_1x56x56x256 (random_k: no verified schedule)"]
+    assert "no verified result: suite://dl-v0/relu_1x56x56x256" in capsys.readouterr().err
