@@ -1,9 +1,9 @@
 """A NumPy evaluator of a Program: the reference a compiled kernel's output must match.
 
 It is independent of MLIR's lowering: each op is evaluated from its access matrices and its
-body ops, in float64 for floating-point types, over chunks of the iteration space. Reductions
-whose body is `out = combine(out, f(inputs))` are reduced with the combiner's ufunc; other
-reduction bodies are evaluated one reduction point at a time.
+body ops (as `semantics` defines them), in float64 for floating-point types, over chunks of the
+iteration space. Reductions whose body is `out = combine(out, f(inputs))` are reduced with the
+combiner's ufunc; other reduction bodies are evaluated one reduction point at a time.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from mlirrl_jax.measure import semantics
 from mlirrl_jax.programs.ir import BodyOp, LinalgOp, Program
 
 CHUNK_POINTS = 1 << 22  # iteration points evaluated at once (bounds the evaluator's memory)
@@ -160,15 +161,14 @@ def _scatter(target: np.ndarray, operand, ivs: list, values: np.ndarray) -> None
     target[tuple(np.broadcast_to(i, shape) for i in index)] = values
 
 
-_BINARY = {
+# Combiners of `out = combine(out, f(inputs))` reductions, as the NumPy ufuncs that reduce with
+# them. They agree with `semantics` except on the sign of a zero result (np.maximum(0.0, -0.0)
+# is -0.0, arith.maximumf's is 0.0), which `compare` does not tell apart.
+_REDUCING_UFUNCS = {
     "arith.addf": np.add,
     "arith.addi": np.add,
-    "arith.subf": np.subtract,
-    "arith.subi": np.subtract,
     "arith.mulf": np.multiply,
     "arith.muli": np.multiply,
-    "arith.divf": np.divide,
-    "arith.remf": np.fmod,
     "arith.maximumf": np.maximum,
     "arith.minimumf": np.minimum,
     "arith.maxnumf": np.fmax,
@@ -178,75 +178,16 @@ _BINARY = {
     "arith.andi": np.bitwise_and,
     "arith.ori": np.bitwise_or,
     "arith.xori": np.bitwise_xor,
-    "math.powf": np.power,
 }
-_UNARY = {
-    "arith.negf": np.negative,
-    "math.exp": np.exp,
-    "math.log": np.log,
-    "math.tanh": np.tanh,
-    "math.sqrt": np.sqrt,
-    "math.rsqrt": lambda x: 1.0 / np.sqrt(x),
-    "math.absf": np.abs,
-    "math.sin": np.sin,
-    "math.cos": np.cos,
-    "math.floor": np.floor,
-    "math.ceil": np.ceil,
-}
-_CASTS = {
-    "arith.extf",
-    "arith.truncf",
-    "arith.sitofp",
-    "arith.uitofp",
-    "arith.fptosi",
-    "arith.index_cast",
-}
-# arith.cmpf predicates: false oeq ogt oge olt ole one ord ueq ugt uge ult ule une uno true
-_CMPF = [
-    lambda a, b: np.zeros(np.broadcast(a, b).shape, bool),
-    np.equal,
-    np.greater,
-    np.greater_equal,
-    np.less,
-    np.less_equal,
-    np.not_equal,
-    lambda a, b: ~(np.isnan(a) | np.isnan(b)),
-    lambda a, b: np.equal(a, b) | np.isnan(a) | np.isnan(b),
-    lambda a, b: np.greater(a, b) | np.isnan(a) | np.isnan(b),
-    lambda a, b: np.greater_equal(a, b) | np.isnan(a) | np.isnan(b),
-    lambda a, b: np.less(a, b) | np.isnan(a) | np.isnan(b),
-    lambda a, b: np.less_equal(a, b) | np.isnan(a) | np.isnan(b),
-    lambda a, b: np.not_equal(a, b) | np.isnan(a) | np.isnan(b),
-    lambda a, b: np.isnan(a) | np.isnan(b),
-    lambda a, b: np.ones(np.broadcast(a, b).shape, bool),
-]
-# arith.cmpi predicates: eq ne slt sle sgt sge (unsigned ones compare as signed here)
-_CMPI = [np.equal, np.not_equal, np.less, np.less_equal, np.greater, np.greater_equal]
-_CMPI += _CMPI[2:]
 
 
 def _eval_body_op(b: BodyOp, args: list, ivs: list):
-    attrs = dict(b.attrs)
-    name = b.name
-    if name == "arith.constant":
-        return np.asarray(attrs["value"], dtype=compute_dtype(b.result_type))
-    if name == "linalg.index":
-        return ivs[attrs["dim"]]
-    if name in _BINARY:
-        return _BINARY[name](args[0], args[1])
-    if name in _UNARY:
-        return _UNARY[name](args[0])
-    if name in _CASTS:
-        return np.asarray(args[0]).astype(compute_dtype(b.result_type))
-    if name == "arith.select":
-        return np.where(args[0], args[1], args[2])
-    if name == "arith.cmpf":
-        return _CMPF[attrs["predicate"]](args[0], args[1])
-    if name == "arith.cmpi":
-        return _CMPI[attrs["predicate"]](args[0], args[1])
-    if name == "arith.divsi":
-        return np.trunc(np.asarray(args[0]) / np.asarray(args[1])).astype(np.asarray(args[0]).dtype)
-    raise ReferenceUnsupported(f"body op {name} is not supported by the reference evaluator")
+    if b.name == "linalg.index":
+        return ivs[dict(b.attrs)["dim"]]
+    if not semantics.supported(b):
+        raise ReferenceUnsupported(f"body op {b.name} is not supported by the reference evaluator")
+    with np.errstate(all="ignore"):  # NaN and infinities are values, as in the kernels
+        return semantics.apply(np, b, args, compute_dtype(b.result_type))
 
 
 def _run_body(op, operands, ivs, outputs):
@@ -278,15 +219,13 @@ def _combiners(op: LinalgOp, n_in: int):
         if y < n_args:
             return None
         b = op.body[y - n_args]
-        if b.name not in _BINARY or not hasattr(_BINARY[b.name], "reduce"):
-            return None
-        if b.name in ("arith.subf", "arith.subi", "arith.divf", "arith.remf", "math.powf"):
+        if b.name not in _REDUCING_UFUNCS:
             return None
         lhs, rhs = b.operands
         if lhs == n_in + j and not _depends_on(op, rhs, outs):
-            found.append((_BINARY[b.name], rhs))
+            found.append((_REDUCING_UFUNCS[b.name], rhs))
         elif rhs == n_in + j and not _depends_on(op, lhs, outs):
-            found.append((_BINARY[b.name], lhs))
+            found.append((_REDUCING_UFUNCS[b.name], lhs))
         else:
             return None
     return found
