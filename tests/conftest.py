@@ -1,8 +1,12 @@
 """Shared fixtures: small real programs and one measurement runner per test session."""
 
 import os
+import tempfile
 
 import pytest
+
+# reference outputs the tests compute go to a folder of this session, not the user's cache
+os.environ.setdefault("MLIRRL_REFERENCE_CACHE", tempfile.mkdtemp(prefix="mlirrl-test-reference-"))
 
 from mlirrl_jax.measure.runner import Runner
 from mlirrl_jax.programs import generate as g

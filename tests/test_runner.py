@@ -1,11 +1,16 @@
-"""Measurement in workers: verified timing, illegal schedules, and injected faults."""
+"""Measurement in workers: verified timing, illegal schedules, injected faults, the phases'
+time limits and the reference outputs kept on disk."""
 
 import numpy as np
 import pytest
 
-from mlirrl_jax.measure.reference import compare
-from mlirrl_jax.measure.runner import Runner
+from mlirrl_jax.heuristics import heuristic_schedule
+from mlirrl_jax.measure.refcache import CACHE_ENV, ReferenceCache
+from mlirrl_jax.measure.reference import compare, evaluate, random_inputs
+from mlirrl_jax.measure.runner import Runner, timeout_phase
 from mlirrl_jax.measure.timing import TimingMethod
+from mlirrl_jax.programs import generate as g
+from mlirrl_jax.programs.ir import parse_program
 from mlirrl_jax.schedule import Schedule, Transform
 
 QUICK = TimingMethod(min_repeats=3, min_time_s=0.01)
@@ -60,7 +65,7 @@ def test_schedule_that_does_not_fit_the_program(runner, matmul):
     [
         ("crash", "crash", "SIGABRT"),
         ("segfault", "crash", "SIGSEGV"),
-        ("hang", "timeout", "no result within"),
+        ("hang", "timeout", "kernel run"),
         ("wrong_output", "wrong_output", "differs from the reference"),
         ("oom", "oom", "MemoryError"),
     ],
@@ -100,3 +105,67 @@ def test_parallel_variant_records_threads(runner, matmul):
     )
     m = runner.measure(matmul, forall, threads=2, method=QUICK)
     assert m.status == "ok" and m.threads == 2 and m.runtime in ("async", "openmp")
+
+
+def _matmul(n: int):
+    spec = g.MatmulSpec(n, n, n)
+    return parse_program(g.render(spec), spec.name)
+
+
+def test_a_slow_reference_is_computed_outside_the_run_limit_once(tmp_path, monkeypatch):
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    big = _matmul(1024)  # its float64 reference takes ~5 s, a scheduled run ~60 ms
+    schedule = heuristic_schedule(big, 1)
+    with Runner(timeout_s=2) as runner:
+        first = runner.measure(big, schedule, method=QUICK)
+        assert first.status == "ok" and first.verified
+        assert runner.last_reference["source"] == "computed"
+        assert runner.last_reference["seconds"] > 2  # longer than the run limit, yet verified
+        assert [p.name for p in tmp_path.iterdir()] == [ReferenceCache().path(big.hash, 0).name]
+        again = runner.measure(big, MATMUL_VECTORIZED, method=QUICK)
+        assert again.status == "ok" and runner.last_reference["source"] == "memory"
+    with Runner(timeout_s=2) as fresh:  # another worker: the reference comes from the disk
+        later = fresh.measure(big, schedule, method=QUICK)
+        assert later.status == "ok" and later.verified
+        assert fresh.last_reference["source"] == "disk"
+        assert fresh.last_reference["seconds"] < 2
+
+
+def test_a_damaged_cache_entry_is_computed_again(matmul, tmp_path, monkeypatch):
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    cache = ReferenceCache()
+    inputs = random_inputs(matmul, 0)
+    assert cache.store(matmul.hash, 0, inputs, evaluate(matmul, inputs))
+    with Runner() as runner:
+        assert runner.measure(matmul, MATMUL_VECTORIZED, method=QUICK).verified
+        assert runner.last_reference["source"] == "disk"
+    entry = cache.path(matmul.hash, 0)
+    data = bytearray(entry.read_bytes())
+    middle = len(data) // 2  # within the output's values: trusted, they would fail the kernel
+    data[middle : middle + 64] = b"\x7f" * 64
+    entry.write_bytes(bytes(data))
+    with Runner() as runner:
+        m = runner.measure(matmul, MATMUL_VECTORIZED, method=QUICK)
+        assert m.status == "ok" and m.verified
+        assert runner.last_reference["source"] == "computed"
+
+
+def test_each_phase_has_its_own_time_limit_and_names_it(matmul, tmp_path, monkeypatch):
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    with Runner(compile_timeout_s=0.01) as runner:  # a worker does not even start in 10 ms
+        m = runner.measure(matmul, MATMUL_VECTORIZED, method=QUICK)
+        assert m.status == "timeout" and timeout_phase(m) == "compile"
+        assert m.error.startswith("compile not done within 0.01 s")
+    mid = _matmul(512)  # its reference takes ~0.7 s, an unscheduled run ~0.25 s
+    with Runner(reference_timeout_s=0.1) as runner:
+        m = runner.measure(mid, method=QUICK)
+        assert m.status == "timeout" and timeout_phase(m) == "reference"
+        assert m.error.startswith("reference not computed within 0.1 s")
+        assert set(m.compile_s) == {"transform_s", "lower_s", "jit_s"}  # compiling was done
+        assert runner.last_reference is None
+    with Runner(timeout_s=0.1) as runner:
+        m = runner.measure(mid, method=QUICK)
+        assert m.status == "timeout" and timeout_phase(m) == "run"
+        assert m.error.startswith("kernel run (verify and timing) not done within 0.1 s")
+        assert runner.last_reference["source"] == "computed"
+        assert m.median_s is None and not m.verified

@@ -2,8 +2,11 @@
 
 The compiler (this LLVM build has assertions on) and the compiled kernel run in a worker
 process, so an abort, a segfault, a hang or running out of memory becomes a failure record with
-its reason; the next measurement goes on in a fresh worker. The worker keeps inputs and
-reference outputs cached per program, so repeated measurements of one program stay cheap.
+its reason; the next measurement goes on in a fresh worker. A measurement has three phases, each
+with its own time limit: compiling, getting the reference outputs, and the kernel's run (the
+verified first call and the timed repeats). The worker keeps inputs and reference outputs cached
+per program, and a slow reference also on disk (`refcache`), so a reference is computed once per
+program and seed, even when the worker that computed it is killed later.
 """
 
 from __future__ import annotations
@@ -25,10 +28,21 @@ from mlirrl_jax.programs.ir import Program
 from mlirrl_jax.schedule import Schedule, ScheduleError
 from mlirrl_jax.transform import transform_script
 
-DEFAULT_TIMEOUT_S = 60.0
+DEFAULT_TIMEOUT_S = 60.0  # the kernel's run: the verified first call and the timed repeats
+DEFAULT_COMPILE_TIMEOUT_S = 60.0  # starting a worker if needed, transforming, lowering, JIT
+# Evaluating the float64 NumPy reference of a batch-256 layer takes minutes; it is done once
+# per program and input seed, then read from the disk cache.
+DEFAULT_REFERENCE_TIMEOUT_S = 600.0
 DEFAULT_MEM_LIMIT_MB = 4096
 # Fault injection for tests only: makes the worker crash, hang, exhaust memory or corrupt output.
+# The faults strike when the kernel runs.
 FAULTS = ("crash", "segfault", "hang", "oom", "wrong_output")
+# The error of a timeout in each phase, by the phase's name.
+TIMEOUT_ERRORS = {
+    "compile": "compile not done within {:g} s; worker killed",
+    "reference": "reference not computed within {:g} s; worker killed",
+    "run": "kernel run (verify and timing) not done within {:g} s; worker killed",
+}
 
 
 class _Worker:
@@ -101,10 +115,20 @@ class Runner:
     """Measures (program, schedule) pairs in a worker process; failures come back as records."""
 
     def __init__(
-        self, timeout_s: float = DEFAULT_TIMEOUT_S, mem_limit_mb: int = DEFAULT_MEM_LIMIT_MB
+        self,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        mem_limit_mb: int = DEFAULT_MEM_LIMIT_MB,
+        *,
+        compile_timeout_s: float = DEFAULT_COMPILE_TIMEOUT_S,
+        reference_timeout_s: float = DEFAULT_REFERENCE_TIMEOUT_S,
     ):
-        self.timeout_s = timeout_s
+        self.timeout_s = timeout_s  # the kernel's run
+        self.compile_timeout_s = compile_timeout_s
+        self.reference_timeout_s = reference_timeout_s
         self.mem_limit_mb = mem_limit_mb
+        # where the last measurement's reference came from ("memory", "disk" or "computed") and
+        # the seconds it took; None if that measurement did not get as far
+        self.last_reference: dict | None = None
         self._worker: _Worker | None = None
         self.workers_started = 0
         self._lock = threading.Lock()  # abort() against a worker being started
@@ -153,9 +177,11 @@ class Runner:
         timeout_s: float | None = None,
         inject_fault: str | None = None,
     ) -> Measurement:
-        """Compile, verify and time `schedule` on `program` (no schedule: the unscheduled baseline)."""
+        """Compile, verify and time `schedule` on `program` (no schedule: the unscheduled baseline);
+        `timeout_s` bounds the kernel's run (default: the runner's)."""
         schedule = schedule or Schedule()
         method = method or TimingMethod()
+        self.last_reference = None
         record = Measurement(
             status="ok",
             program=program.name,
@@ -184,25 +210,39 @@ class Runner:
             "method": method,
             "inject_fault": inject_fault,
         }
-        result = self._round_trip(request, timeout_s or self.timeout_s)
+        limits = {
+            "compile": self.compile_timeout_s,
+            "reference": self.reference_timeout_s,
+            "run": timeout_s or self.timeout_s,
+        }
+        result = self._round_trip(request, limits)
         for key, value in result.items():
             setattr(record, key, value)
         record.wall_s = time.perf_counter() - start
         return record
 
-    def _round_trip(self, request: dict, timeout_s: float) -> dict:
+    def _round_trip(self, request: dict, limits: dict[str, float]) -> dict:
+        """Send `request` and wait for the reply, each phase the worker reports up to its limit
+        in `limits`; a worker that runs over one is killed."""
         worker = self._ensure_worker()
         log_start = worker.log_size()
+        phase = "compile"
+        progress: dict = {}  # fields the worker sent with its phases: its compile times
         try:
             worker.send.send(request)
-            if not worker.receive.poll(timeout_s):  # alive but silent: a hang
-                worker.kill()
-                self._worker = None
-                return {
-                    "status": "timeout",
-                    "error": f"no result within {timeout_s:g} s; worker killed",
-                }
-            reply = worker.receive.recv()
+            while True:
+                if not worker.receive.poll(limits[phase]):  # alive but silent: a hang
+                    worker.kill()
+                    self._worker = None
+                    error = TIMEOUT_ERRORS[phase].format(limits[phase])
+                    return {**progress, "status": "timeout", "error": error}
+                message = worker.receive.recv()
+                if "phase" not in message:
+                    break
+                phase = message.pop("phase")
+                self.last_reference = message.pop("reference", self.last_reference)
+                progress.update(message)
+            reply = {**progress, **message}
             if reply["status"] == "oom":  # a worker that ran out of memory is not reused
                 worker.kill()
                 self._worker = None
@@ -219,7 +259,17 @@ class Runner:
         tail = worker.log_tail(log_start)
         worker.kill()
         self._worker = None
-        return death_record(code, tail, self.mem_limit_mb)
+        return {**progress, **death_record(code, tail, self.mem_limit_mb)}
+
+
+def timeout_phase(record: Measurement) -> str | None:
+    """The phase ("compile", "reference" or "run") a timed-out measurement ran over, else None."""
+    if record.status != "timeout" or not record.error:
+        return None
+    for phase, error in TIMEOUT_ERRORS.items():
+        if record.error.startswith(error.split("{")[0]):
+            return phase
+    return None
 
 
 def death_record(code: int, tail: str, mem_limit_mb: int) -> dict:

@@ -1,8 +1,10 @@
 """The measurement worker process: compile, verify against the reference, time.
 
-Started by `runner.Runner` as `python -m mlirrl_jax.measure.worker READ_FD WRITE_FD`; it serves
-requests until it reads None. It never imports JAX, so it starts fast, and an abort in the
-compiler takes nothing else down.
+Started by `runner.Runner` as `python -m mlirrl_jax.measure.worker READ_FD WRITE_FD MEM_MB`; it
+serves requests until it reads None. It never imports JAX, so it starts fast, and an abort in
+the compiler takes nothing else down. Before each phase of a request after compiling it sends
+{"phase": "reference"} or {"phase": "run"} (the runner gives each phase its own time limit),
+then the reply.
 """
 
 from __future__ import annotations
@@ -12,11 +14,14 @@ import os
 import resource
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
 import numpy as np
 
 from mlirrl_jax.measure.compile import CompileError, compile_kernel
+from mlirrl_jax.measure.refcache import MIN_STORED_S, ReferenceCache
 from mlirrl_jax.measure.reference import (
     NUMPY_TYPES,
     ReferenceUnsupported,
@@ -28,17 +33,19 @@ from mlirrl_jax.measure.reference import (
 from mlirrl_jax.measure.timing import TimingMethod, nan_filled, time_calls
 from mlirrl_jax.programs.ir import Program
 
-_CACHE_LIMIT = 8  # programs whose inputs and reference outputs stay cached
+MEASURE_CPUS = "MLIRRL_MEASURE_CPUS"  # cores (comma-separated) a worker pins itself to
+_CACHE_LIMIT = 8  # programs whose inputs and reference outputs stay cached in memory
 
 
+@dataclass
 class _ProgramData:
-    def __init__(self, program: Program, seed: int):
-        self.inputs = random_inputs(program, seed)
-        self.references = evaluate(program, self.inputs)
-        self.tolerance = tolerance(program)
+    inputs: list[np.ndarray]
+    references: list[np.ndarray]  # in the compute dtype (float64 for floats)
+    tolerance: float
 
 
 _cache: dict[tuple[str, int], _ProgramData] = {}
+_disk = ReferenceCache()
 # Destroying an ExecutionEngine that loaded the async runtime tears down the runtime's global
 # state, and the next async kernel in the process crashes: keep such engines alive, and let the
 # runner replace the worker after RETAIN_LIMIT of them.
@@ -46,13 +53,26 @@ RETAIN_LIMIT = 48
 _retained: list = []
 
 
-def _program_data(program: Program, seed: int) -> _ProgramData:
+def program_data(program: Program, seed: int) -> tuple[_ProgramData, dict]:
+    """The program's inputs at `seed` and their reference outputs, from memory, else from the
+    disk cache, else computed (and written to the disk cache); with where the reference came
+    from ("memory", "disk", "computed") and the seconds it took."""
     key = (program.hash, seed)
-    if key not in _cache:
-        if len(_cache) >= _CACHE_LIMIT:
-            _cache.pop(next(iter(_cache)))
-        _cache[key] = _ProgramData(program, seed)
-    return _cache[key]
+    if key in _cache:
+        return _cache[key], {"source": "memory", "seconds": 0.0}
+    start = time.perf_counter()
+    inputs = random_inputs(program, seed)
+    references = _disk.load(program.hash, seed, inputs)
+    source = "disk"
+    if references is None:
+        references = evaluate(program, inputs)
+        source = "computed"
+        if time.perf_counter() - start >= MIN_STORED_S:
+            _disk.store(program.hash, seed, inputs, references)
+    if len(_cache) >= _CACHE_LIMIT:
+        _cache.pop(next(iter(_cache)))
+    _cache[key] = _ProgramData(inputs, references, tolerance(program))
+    return _cache[key], {"source": source, "seconds": time.perf_counter() - start}
 
 
 def inject_test_fault(fault: str | None) -> None:
@@ -70,12 +90,12 @@ def inject_test_fault(fault: str | None) -> None:
             hog.append(np.empty(256 * 1024 * 1024, dtype=np.uint8))
 
 
-def measure_request(request: dict) -> dict:
-    """Serve one request; the result holds the fields of a Measurement to fill in."""
+def measure_request(request: dict, enter_phase: Callable[[dict], None]) -> dict:
+    """Serve one request; the result holds the fields of a Measurement to fill in.
+    `enter_phase` is told of each phase after compiling as it starts."""
     program: Program = request["program"]
     method: TimingMethod = request["method"]
     fault = request.get("inject_fault")
-    inject_test_fault(fault)
     try:
         kernel = compile_kernel(
             program.mlir, request["script"], request["threads"], request["runtime"]
@@ -84,8 +104,7 @@ def measure_request(request: dict) -> dict:
         return {"status": "compile_error", "error": str(exc)}
     if kernel.runtime == "async":
         _retained.append(kernel)
-    result: dict = {
-        "retire_worker": len(_retained) >= RETAIN_LIMIT,
+    compiled = {
         "runtime": kernel.runtime,
         "compile_s": {
             "transform_s": kernel.transform_s,
@@ -93,10 +112,14 @@ def measure_request(request: dict) -> dict:
             "jit_s": kernel.jit_s,
         },
     }
+    result = {"retire_worker": len(_retained) >= RETAIN_LIMIT, **compiled}
+    enter_phase({"phase": "reference", **compiled})
     try:
-        data = _program_data(program, method.seed)
+        data, reference = program_data(program, method.seed)
     except ReferenceUnsupported as exc:
         return {**result, "status": "reference_error", "error": str(exc)}
+    enter_phase({"phase": "run", "reference": reference})
+    inject_test_fault(fault)  # a broken kernel: it crashes, hangs or exhausts memory when run
     outputs = [nan_filled(t.shape, NUMPY_TYPES[t.element_type]) for t in program.outputs]
     packed, keep_alive = kernel.pack(data.inputs + outputs)
     kernel.function(packed)
@@ -139,6 +162,9 @@ def verify_and_time(call, outputs, references, rtol: float, method, fault=None) 
 def main() -> None:
     limit = int(sys.argv[3]) * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    cpus = os.environ.get(MEASURE_CPUS)
+    if cpus:  # measure on these cores only (`collect --measure-cpus`)
+        os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
     receive = Connection(int(sys.argv[1]), writable=False)
     send = Connection(int(sys.argv[2]), readable=False)
     while True:
@@ -149,7 +175,7 @@ def main() -> None:
         if request is None:
             return
         try:
-            reply = measure_request(request)
+            reply = measure_request(request, send.send)
         except MemoryError:
             limit = resource.getrlimit(resource.RLIMIT_AS)[0]
             reply = {

@@ -5,7 +5,8 @@ multiply-accumulate contractions over projected permutations become `jnp.einsum`
 multiply-accumulates (the maps hold `stride * p + dilation * r`) `lax.conv_general_dilated`,
 windowed reductions `lax.reduce_window`, other reductions a jnp reduction of the body over the
 reduction loops, and all-parallel ops (fills, element-wise, broadcasts) the body evaluated with
-jnp on operands laid out over the loops. What it cannot translate exactly gives None.
+jnp on operands laid out over the loops. Body ops compute what `semantics` defines, as in
+the reference. What it cannot translate exactly gives None.
 
 `measure_xla` and `measure_numpy` (plain matmul and batch_matmul only) run in a child process
 pinned to `threads` cores, with XLA's and BLAS's thread pools sized to them; the child verifies
@@ -35,18 +36,16 @@ import numpy as np
 from jax import lax
 
 from mlirrl_jax.host_devices import FLAG as HOST_DEVICES_FLAG
+from mlirrl_jax.measure import semantics
 from mlirrl_jax.measure.fingerprint import fingerprint
 from mlirrl_jax.measure.reference import (
     NUMPY_TYPES,
     ReferenceUnsupported,
-    evaluate,
-    random_inputs,
-    tolerance,
 )
 from mlirrl_jax.measure.runner import DEFAULT_TIMEOUT_S, death_record
 from mlirrl_jax.measure.timing import Measurement, TimingMethod, nan_filled
-from mlirrl_jax.measure.worker import inject_test_fault, verify_and_time
-from mlirrl_jax.programs.ir import LinalgOp, Operand, Program
+from mlirrl_jax.measure.worker import inject_test_fault, program_data, verify_and_time
+from mlirrl_jax.programs.ir import BodyOp, LinalgOp, Operand, Program
 
 # Test-only fault injection in the child (see worker.inject_test_fault); "oom" is left out: the child
 # has no memory limit, so a memory hog would take the whole machine.
@@ -61,74 +60,6 @@ _BOOTSTRAP = (
 OpFunction = Callable[[list], list]  # operand values (None: never read) -> the op's results
 
 # ----------------------------------------------------------------------------- body ops
-_BINARY = {
-    "arith.addf": jnp.add,
-    "arith.addi": jnp.add,
-    "arith.subf": jnp.subtract,
-    "arith.subi": jnp.subtract,
-    "arith.mulf": jnp.multiply,
-    "arith.muli": jnp.multiply,
-    "arith.divf": jnp.divide,
-    "arith.divsi": lax.div,  # rounds toward zero, as divsi does
-    "arith.remf": jnp.fmod,
-    "arith.maximumf": jnp.maximum,
-    "arith.minimumf": jnp.minimum,
-    "arith.maxnumf": jnp.fmax,
-    "arith.minnumf": jnp.fmin,
-    "arith.maxsi": jnp.maximum,
-    "arith.minsi": jnp.minimum,
-    "arith.andi": jnp.bitwise_and,
-    "arith.ori": jnp.bitwise_or,
-    "arith.xori": jnp.bitwise_xor,
-    "math.powf": jnp.power,
-}
-_UNARY = {
-    "arith.negf": jnp.negative,
-    "math.exp": jnp.exp,
-    "math.log": jnp.log,
-    "math.tanh": jnp.tanh,
-    "math.sqrt": jnp.sqrt,
-    "math.rsqrt": lax.rsqrt,
-    "math.absf": jnp.abs,
-    "math.sin": jnp.sin,
-    "math.cos": jnp.cos,
-    "math.floor": jnp.floor,
-    "math.ceil": jnp.ceil,
-}
-# arith.uitofp is left out: it reads its operand as unsigned, which a signed array is not.
-_CASTS = {"arith.extf", "arith.truncf", "arith.sitofp", "arith.fptosi", "arith.index_cast"}
-
-
-def _ordered(a, b):
-    return ~(jnp.isnan(a) | jnp.isnan(b))
-
-
-def _all(value: bool):
-    return lambda a, b: jnp.full(jnp.broadcast_shapes(jnp.shape(a), jnp.shape(b)), value)
-
-
-# arith.cmpf predicates: false oeq ogt oge olt ole one ord ueq ugt uge ult ule une uno true
-_CMPF = [
-    _all(False),
-    jnp.equal,
-    jnp.greater,
-    jnp.greater_equal,
-    jnp.less,
-    jnp.less_equal,
-    lambda a, b: jnp.not_equal(a, b) & _ordered(a, b),
-    _ordered,
-    lambda a, b: jnp.equal(a, b) | ~_ordered(a, b),
-    lambda a, b: jnp.greater(a, b) | ~_ordered(a, b),
-    lambda a, b: jnp.greater_equal(a, b) | ~_ordered(a, b),
-    lambda a, b: jnp.less(a, b) | ~_ordered(a, b),
-    lambda a, b: jnp.less_equal(a, b) | ~_ordered(a, b),
-    jnp.not_equal,
-    lambda a, b: ~_ordered(a, b),
-    _all(True),
-]
-# arith.cmpi predicates eq ne slt sle sgt sge; the unsigned ones (6-9) are not translated
-_CMPI = [jnp.equal, jnp.not_equal, jnp.less, jnp.less_equal, jnp.greater, jnp.greater_equal]
-
 # Combiners of `out = combine(out, f(inputs))` reductions: the jnp reduction over loops.
 _REDUCERS = {
     "arith.addf": jnp.sum,
@@ -168,17 +99,10 @@ def _needs_x64(program: Program) -> bool:
     return any(t in wide for t in types)
 
 
-def _supported(b) -> bool:
+def _supported(b: BodyOp) -> bool:
     if _dtype(b.result_type) is None:
         return False
-    if b.name in ("arith.constant", "linalg.index", "arith.select"):
-        return True
-    if b.name in _BINARY or b.name in _UNARY or b.name in _CASTS:
-        return True
-    predicate = dict(b.attrs).get("predicate", -1)
-    if b.name == "arith.cmpf":
-        return 0 <= predicate < len(_CMPF)
-    return b.name == "arith.cmpi" and 0 <= predicate < len(_CMPI)
+    return b.name == "linalg.index" or semantics.supported(b)
 
 
 def _needed(op: LinalgOp, roots) -> set[int]:
@@ -219,29 +143,19 @@ def _evaluate(op: LinalgOp, needed: set[int], args: dict, index=None) -> dict:
         if number not in needed:
             continue
         dtype = _dtype(b.result_type)
-        attrs = dict(b.attrs)
-        operands = [values[v] for v in b.operands]
-        if b.name == "arith.constant":
-            value = jnp.asarray(attrs["value"], dtype)
-        elif b.name == "linalg.index":
-            value = index(attrs["dim"])
-        elif b.name in _BINARY:
-            value = _BINARY[b.name](*operands)
-        elif b.name in _UNARY:
-            value = _UNARY[b.name](*operands)
-        elif b.name == "arith.select":
-            value = jnp.where(*operands)
-        elif b.name == "arith.cmpf":
-            value = _CMPF[attrs["predicate"]](*operands)
-        elif b.name == "arith.cmpi":
-            value = _CMPI[attrs["predicate"]](*operands)
-        else:  # a cast
-            value = operands[0]
-        values[number] = jnp.asarray(value).astype(dtype)
+        if b.name == "linalg.index":
+            values[number] = index(dict(b.attrs)["dim"]).astype(dtype)
+        else:
+            values[number] = semantics.apply(jnp, b, [values[v] for v in b.operands], dtype)
     return values
 
 
-def _combiners(op: LinalgOp) -> list[tuple[str, int]] | None:
+def _combine(combiner: BodyOp, accumulated, total):
+    """`combiner` applied to an output's value and a reduced total, in the output's type."""
+    return semantics.apply(jnp, combiner, [accumulated, total], accumulated.dtype)
+
+
+def _combiners(op: LinalgOp) -> list[tuple[BodyOp, int]] | None:
     """Per output, (combiner, value of f(inputs)) when the op yields combine(out, f(inputs))."""
     n_in, n_args = len(op.inputs), len(op.operands)
     outputs = set(range(n_in, n_args))
@@ -254,19 +168,19 @@ def _combiners(op: LinalgOp) -> list[tuple[str, int]] | None:
         other = rhs if lhs == n_in + j else lhs if rhs == n_in + j else None
         if other is None or _needed(op, [other]) & outputs:
             return None
-        found.append((b.name, other))
+        found.append((b, other))
     return found
 
 
-def _factor(op: LinalgOp, value: int) -> tuple[int, list] | None:
+def _factor(op: LinalgOp, value: int) -> tuple[int, list[BodyOp]] | None:
     """(block argument, the casts applied to it) if `value` is a chain of casts of an input."""
     n_in, n_args = len(op.inputs), len(op.operands)
     casts = []
     while value >= n_args:
         b = op.body[value - n_args]
-        if b.name not in _CASTS or _dtype(b.result_type) is None:
+        if b.name not in semantics.CASTS or _dtype(b.result_type) is None:
             return None
-        casts.insert(0, _dtype(b.result_type))
+        casts.insert(0, b)
         value = b.operands[0]
     return (value, casts) if value < n_in else None
 
@@ -282,9 +196,9 @@ def _product(op: LinalgOp, value: int):
     return factors, _dtype(b.result_type)
 
 
-def _cast(array, casts: list):
-    for dtype in casts:
-        array = array.astype(dtype)
+def _cast(array, casts: list[BodyOp]):
+    for b in casts:
+        array = semantics.apply(jnp, b, [array], _dtype(b.result_type))
     return array
 
 
@@ -432,7 +346,7 @@ def _map(op: LinalgOp, views, out_loops) -> OpFunction | None:
     return run
 
 
-def _reduction(op: LinalgOp, j: int, combiner: str, value: int, views, loops) -> Callable | None:
+def _reduction(op: LinalgOp, j: int, combiner: BodyOp, value: int, views, loops) -> Callable | None:
     """out = combine(out, reduce(f(inputs))) with f over the loops, reduced over the reduction
     loops by the combiner's jnp reduction (XLA fuses f into the reduction)."""
     needed = _needed(op, [value])
@@ -447,17 +361,19 @@ def _reduction(op: LinalgOp, j: int, combiner: str, value: int, views, loops) ->
     def run(values: list):
         f = _evaluate(op, needed, arrays(values), index)[value]
         full = jnp.broadcast_to(f, op.extents)
-        total = _REDUCERS[combiner](full, axis=reduced)  # integers wrap alike when cast
+        total = _REDUCERS[combiner.name](full, axis=reduced)  # integers wrap alike when cast
         total = jnp.transpose(total, [parallel.index(loop) for loop in loops])
-        return _BINARY[combiner](values[out], total).astype(values[out].dtype)
+        return _combine(combiner, values[out], total)
 
     return run
 
 
-def _contraction(op: LinalgOp, j: int, combiner: str, value: int, views, loops) -> Callable | None:
+def _contraction(
+    op: LinalgOp, j: int, combiner: BodyOp, value: int, views, loops
+) -> Callable | None:
     """out += a * b over projected permutations: one `jnp.einsum` (a dot_general)."""
     product = _product(op, value)
-    if combiner not in ("arith.addf", "arith.addi") or product is None:
+    if combiner.name not in ("arith.addf", "arith.addi") or product is None:
         return None
     ((ka, casts_a), (kb, casts_b)), dtype = product
     labels_a, labels_b = _loop_labels(views[ka]), _loop_labels(views[kb])
@@ -476,7 +392,7 @@ def _contraction(op: LinalgOp, j: int, combiner: str, value: int, views, loops) 
         a = _cast(_sliced(values[ka], views[ka], op.extents), casts_a)
         b = _cast(_sliced(values[kb], views[kb], op.extents), casts_b)
         total = jnp.einsum(spec, a, b, preferred_element_type=dtype)
-        return _BINARY[combiner](values[out], total).astype(values[out].dtype)
+        return _combine(combiner, values[out], total)
 
     return run
 
@@ -496,7 +412,7 @@ def _windows(op: LinalgOp, labels: list) -> list[tuple[int, int, int, int]] | No
     return windows if windows and len(set(used)) == len(used) else None
 
 
-def _windowed(op: LinalgOp, j: int, combiner: str, value: int, views, loops) -> Callable | None:
+def _windowed(op: LinalgOp, j: int, combiner: BodyOp, value: int, views, loops) -> Callable | None:
     """A reduction reading an operand through window dimensions: a convolution (a product of
     the windowed input and a filter) or a pooling (a function of the windowed input alone)."""
     windowed = [
@@ -507,7 +423,7 @@ def _windowed(op: LinalgOp, j: int, combiner: str, value: int, views, loops) -> 
     if len(windowed) != 1:
         return None
     product = _product(op, value)
-    if product is not None and combiner in ("arith.addf", "arith.addi"):
+    if product is not None and combiner.name in ("arith.addf", "arith.addi"):
         return _convolution(op, j, combiner, product, windowed[0], views, loops)
     return _pooling(op, j, combiner, value, windowed[0], views, loops)
 
@@ -619,7 +535,7 @@ def _convolution(op, j, combiner, product, image, views, loops) -> Callable | No
                 shape.append(size)
                 names.append(role)
         y = jnp.transpose(jnp.reshape(y, shape), [names.index(r) for r in out_roles])
-        return _BINARY[combiner](values[out], y).astype(values[out].dtype)
+        return _combine(combiner, values[out], y)
 
     return run
 
@@ -630,7 +546,7 @@ def _pooling(op, j, combiner, value, image, views, loops) -> Callable | None:
     labels = _labels(views[image])
     windows = _windows(op, labels)
     if (
-        combiner not in _WINDOW_REDUCERS
+        combiner.name not in _WINDOW_REDUCERS
         or windows is None
         or {v for v in needed if v < len(op.operands)} != {image}
         or not _computable(op, needed, index=False)
@@ -661,16 +577,14 @@ def _pooling(op, j, combiner, value, image, views, loops) -> Callable | None:
         f = _evaluate(op, needed, {image: x})[value]
         pooled = lax.reduce_window(
             f,
-            _identity(combiner, f.dtype),
-            _WINDOW_REDUCERS[combiner],
+            _identity(combiner.name, f.dtype),
+            _WINDOW_REDUCERS[combiner.name],
             window,
             strides,
             "VALID",
             window_dilation=dilation,
         )
-        return _BINARY[combiner](values[out], jnp.transpose(pooled, order)).astype(
-            values[out].dtype
-        )
+        return _combine(combiner, values[out], jnp.transpose(pooled, order))
 
     return run
 
@@ -899,14 +813,13 @@ def _serve(request: dict) -> dict:
     method: TimingMethod = request["method"]
     fault = request["inject_fault"]
     inject_test_fault(fault)
-    try:
-        inputs = random_inputs(program, method.seed)
-        references = evaluate(program, inputs)
+    try:  # the kernels' reference, from the same disk cache (computed once per seed)
+        data, _ = program_data(program, method.seed)
     except ReferenceUnsupported as exc:
         return {"status": "reference_error", "error": str(exc)}
     prepare = _prepare_xla if request["library"] == "xla" else _prepare_numpy
-    call, outputs, fields = prepare(program, inputs, request["threads"])
-    checked = verify_and_time(call, outputs(), references, tolerance(program), method, fault)
+    call, outputs, fields = prepare(program, data.inputs, request["threads"])
+    checked = verify_and_time(call, outputs(), data.references, data.tolerance, method, fault)
     return {**fields, **checked}
 
 
