@@ -28,18 +28,43 @@ import jax
 import numpy as np
 from tqdm import tqdm
 
+from mlirrl_jax.env.replay import schedule_to_actions
+from mlirrl_jax.heuristics import heuristic_schedule
 from mlirrl_jax.interrupt import check_stop
 from mlirrl_jax.measure.fingerprint import machine_fingerprint
 from mlirrl_jax.measure.runner import DEFAULT_MEM_LIMIT_MB, FAULTS, Runner
 from mlirrl_jax.measure.timing import Measurement, TimingMethod
+from mlirrl_jax.measure.worker import MEASURE_CPUS
 from mlirrl_jax.programs import suites
 from mlirrl_jax.programs.ir import Program, load_program
-from mlirrl_jax.sampler import EpisodeSampler, random_policy
+from mlirrl_jax.sampler import EpisodeSampler, Mutation, agent_policy, random_policy
 from mlirrl_jax.schedule import Schedule
+from mlirrl_jax.shipped import SHIPPED_AGENT
 from mlirrl_jax.store import STORED, ClaimOwner, MeasurementStore
 
 COMMIT_EVERY_S = 2.0
 BACKENDS = ("local", "ray")
+SOURCES = ("random", "heuristic", "agent")
+
+
+def parse_mix(text: str) -> tuple[tuple[str, float], ...]:
+    """`random:0.4,heuristic:0.4,agent:0.2` (a bare name has share 1) as (source, share)
+    pairs; an unknown source or a share that is not a positive number is an error."""
+    mix = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name, _, share = part.partition(":")
+        if name not in SOURCES:
+            raise ValueError(f"unknown schedule source {name!r} in --mix; known: {SOURCES}")
+        try:
+            value = float(share) if share else 1.0
+        except ValueError:
+            raise ValueError(f"--mix share of {name!r} is not a number: {share!r}") from None
+        if not value > 0:
+            raise ValueError(f"--mix share of {name!r} must be positive, got {share}")
+        mix.append((name, value))
+    if not mix:
+        raise ValueError("--mix names no schedule source")
+    return tuple(mix)
 
 
 class BackendError(ValueError):
@@ -56,10 +81,17 @@ class CollectConfig:
     budget: int | None = None  # stop when the store holds this many rows for the split here
     hours: float | None = None  # or stop after this long
     workers: int = 2  # measurements in flight at once
+    # cores the measured kernels run on (empty: any); the job itself can then run elsewhere,
+    # e.g. `taskset -c 1 mlirrl-jax collect --measure-cpus 0`
+    measure_cpus: tuple[int, ...] = ()
     threads: int = 1  # threads per measured kernel
     seed: int = 0  # fixes the sampled episodes (a rerun resumes the same sequence)
     next_weight: float = 0.25  # <1: deeper schedules than uniform sampling
-    uniform_share: float = 0.3  # share of episodes drawn uniformly (next_weight = 1)
+    uniform_share: float = 0.3  # share of random episodes drawn uniformly (next_weight = 1)
+    # where schedules come from, with their shares (`SOURCES`): random episodes, the
+    # heuristic's schedule and mutations around it, and a trained agent's samples
+    mix: tuple[tuple[str, float], ...] = (("random", 0.4), ("heuristic", 0.4), ("agent", 0.2))
+    agent: Path | None = None  # the agent whose samples the "agent" source draws (default: shipped)
     # schedules drawn for a program before moving on to the next: a worker computes a program's
     # inputs and reference outputs once per visit, not once per schedule
     per_visit: int = 4
@@ -157,16 +189,37 @@ def _measure_with(runner: Runner, task: Task, config: CollectConfig) -> Measurem
     )
 
 
-def local_workers(workers: int, threads: int) -> int:
+def local_workers(workers: int, threads: int, cpus: tuple[int, ...] = ()) -> int:
     """Kernels measured at once on this machine: at most `workers`, and no more than its
-    cores hold at `threads` each, so that no two measured kernels share a core."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores (or `cpus`) hold at `threads` each, so that no two measured kernels share a core."""
+    if cpus:
+        cores = len(cpus)
+    elif hasattr(os, "sched_getaffinity"):
+        cores = len(os.sched_getaffinity(0))
+    else:
+        cores = os.cpu_count()
     return max(1, min(workers, (cores or 1) // threads))
 
 
+def check_measure_cpus(cpus: tuple[int, ...], threads: int) -> None:
+    """Cores to measure on must exist here and hold one kernel of `threads` threads."""
+    count = os.cpu_count() or 1
+    missing = sorted(c for c in cpus if not 0 <= c < count)
+    if missing:
+        raise ValueError(f"--measure-cpus {missing}: this machine has cores 0 to {count - 1}")
+    if cpus and len(set(cpus)) < threads:
+        raise ValueError(
+            f"--measure-cpus gives {len(set(cpus))} cores, fewer than the {threads} threads "
+            "of one kernel"
+        )
+
+
 def _local_backend(config: CollectConfig) -> _Backend:
-    """Measurement worker processes on this machine (`local_workers` of them)."""
-    count = local_workers(config.workers, config.threads)
+    """Measurement worker processes on this machine (`local_workers` of them), pinned to
+    `config.measure_cpus` when given."""
+    count = local_workers(config.workers, config.threads, config.measure_cpus)
+    if config.measure_cpus:
+        os.environ[MEASURE_CPUS] = ",".join(str(c) for c in sorted(set(config.measure_cpus)))
     runners = [Runner(config.timeout_s, config.mem_limit_mb) for _ in range(count)]
     measurers = [lambda task, r=runner: _measure_with(r, task, config) for runner in runners]
     return _Backend(
@@ -217,6 +270,10 @@ class CollectionJob:
             raise BackendError(f"unknown backend {config.backend!r}; known: {BACKENDS}")
         if config.backend == "ray":
             _import_ray()  # before the store exists: a job that cannot run creates nothing
+        check_measure_cpus(config.measure_cpus, config.threads)
+        unknown = {name for name, _ in config.mix} - set(SOURCES)
+        if unknown or not config.mix or any(not share > 0 for _, share in config.mix):
+            raise ValueError(f"bad schedule mix {config.mix}: sources {SOURCES}, positive shares")
         self.config = config
         self.machine = machine_fingerprint()["machine_id"]
         self.store = MeasurementStore(config.store)
@@ -265,37 +322,71 @@ class CollectionJob:
         )
 
     def tasks(self) -> Iterator[Task]:
-        """Baselines first, then sampled schedules round-robin over the programs, `per_visit`
-        in a row of each."""
+        """Baselines first, then schedules of the mix's sources round-robin over the
+        programs, `per_visit` in a row of each. The heuristic source gives a program's
+        heuristic schedule first, then mutations around it."""
         faults = list(self.config.inject_faults)
         for program in self.baseline_programs:
             if Schedule().hash not in self._known[program.hash]:
                 self._known[program.hash].add(Schedule().hash)  # sampled empty schedules skip it
                 yield Task(program, Schedule())
+        sources = dict(self.config.mix)
+        heuristic: dict[int, tuple[Schedule, list]] = {}  # by program index, when first drawn
         deep = EpisodeSampler(self.programs, random_policy(self.config.next_weight))
         uniform = EpisodeSampler(self.programs, random_policy(1.0), deep.table)
+        agent = None
+        if "agent" in sources:
+            run = self.config.agent or SHIPPED_AGENT
+            agent = EpisodeSampler(self.programs, agent_policy(run), deep.table)
+        names = list(sources)
+        shares = np.array([sources[n] for n in names]) / sum(sources.values())
         rng = np.random.default_rng(self.config.seed)
         key = jax.random.PRNGKey(self.config.seed)
         order = rng.permutation(len(self.programs))
         stored_at_start = self.stored_for_split()
         misses = 0
         while True:
-            for index in np.repeat(order, max(1, self.config.per_visit)):
-                check_stop()  # a resumed job may fast-forward a while without yielding
-                key, sub = jax.random.split(key)
-                sampler = uniform if rng.random() < self.config.uniform_share else deep
-                schedule, _ = sampler.schedule(int(index), sub)
-                known = self._known[self.programs[index].hash]
-                if schedule.hash in known:
-                    misses += 1
-                    continue
-                known.add(schedule.hash)  # in flight: not drawn twice
-                misses = 0
-                yield Task(self.programs[index], schedule, faults.pop(0) if faults else None)
+            for index in order:
+                # up to `per_visit` new schedules of this program in a row; a draw the store
+                # has is retried a few times within the visit
+                wanted = max(1, self.config.per_visit)
+                for _ in range(3 * wanted):
+                    check_stop()  # a resumed job may fast-forward a while without yielding
+                    key, sub = jax.random.split(key)
+                    source = names[int(rng.choice(len(names), p=shares))]
+                    if source == "agent":
+                        schedule, _ = agent.schedule(int(index), sub)
+                    elif source == "heuristic":
+                        schedule, reference = self._heuristic(heuristic, int(index))
+                        if schedule.hash in self._known[self.programs[index].hash]:
+                            guide = Mutation(reference, rng)
+                            schedule, _ = deep.schedule(int(index), sub, guide)
+                    else:
+                        sampler = uniform if rng.random() < self.config.uniform_share else deep
+                        schedule, _ = sampler.schedule(int(index), sub)
+                    known = self._known[self.programs[index].hash]
+                    if schedule.hash in known:
+                        misses += 1
+                        continue
+                    known.add(schedule.hash)  # in flight: not drawn twice
+                    misses = 0
+                    yield Task(self.programs[index], schedule, faults.pop(0) if faults else None)
+                    wanted -= 1
+                    if not wanted:
+                        break
             # a rerun first draws again what the store has (each stored schedule skips once);
             # beyond that, a long run of known schedules means the space is exhausted
             if misses > 50 * len(self.programs) + stored_at_start:
                 return
+
+    def _heuristic(self, cache: dict, index: int) -> tuple[Schedule, list]:
+        """The heuristic's schedule of program `index` at the job's threads, and the actions
+        of the schedule nearest to it in the action space (what mutations start from)."""
+        if index not in cache:
+            program = self.programs[index]
+            schedule = heuristic_schedule(program, threads=self.config.threads)
+            cache[index] = (schedule, schedule_to_actions(program, schedule, nearest=True))
+        return cache[index]
 
     def run(self) -> CollectReport:
         config = self.config

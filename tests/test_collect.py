@@ -1,5 +1,6 @@
 """The collection job: resumes after kill -9 without loss or duplicates; failures are data."""
 
+import json
 import os
 import shutil
 import signal
@@ -10,10 +11,13 @@ import sys
 import tempfile
 import time
 
+import numpy as np
 import pytest
 
-from mlirrl_jax.collect import CollectConfig, CollectionJob
+from mlirrl_jax.collect import CollectConfig, CollectionJob, parse_mix
+from mlirrl_jax.heuristics import heuristic_schedule
 from mlirrl_jax.measure.timing import TimingMethod
+from mlirrl_jax.schedule import Schedule
 
 QUICK = TimingMethod(min_repeats=2, min_time_s=0.01)
 
@@ -96,8 +100,8 @@ def test_injected_failures_are_stored_with_their_reason_and_the_job_goes_on(tmp_
         max_mflops=0.5,
         max_programs=8,
         baselines_of=("train",),
-        # the hang's limit; it also bounds the measurement after the crash, whose fresh worker
-        # starts, compiles and computes its reference first (5 s was too tight on a busy machine)
+        # the hang's limit: it bounds the kernel's run (compiling and the reference have limits
+        # of their own)
         timeout_s=10,
         method=QUICK,
         inject_faults=("crash", "hang", "wrong_output"),
@@ -241,3 +245,73 @@ def test_schedules_come_per_visit_in_a_row_of_each_program(tmp_path):
     assert all(len(set(run)) == 1 for run in runs)
     assert {run[0] for run in runs} == {p.name for p in job.programs}
     job.store.close()
+
+
+def test_a_schedule_mix_names_its_sources_and_shares():
+    assert parse_mix("random:0.4, heuristic:0.4,agent:0.2") == (
+        ("random", 0.4),
+        ("heuristic", 0.4),
+        ("agent", 0.2),
+    )
+    assert parse_mix("heuristic") == (("heuristic", 1.0),)
+    for bad, words in [
+        ("random:0.5,search:0.5", "unknown schedule source 'search'"),
+        ("random:x", "not a number"),
+        ("random:0", "must be positive"),
+        (" , ", "names no schedule source"),
+    ]:
+        with pytest.raises(ValueError, match=words):
+            parse_mix(bad)
+
+
+def _sampled(tmp_path, mix, count, name):
+    job = CollectionJob(
+        CollectConfig(
+            store=tmp_path / f"{name}.db",
+            budget=1,
+            max_mflops=0.5,
+            max_programs=3,
+            baselines_of=("train",),
+            mix=mix,
+            progress=False,
+        )
+    )
+    try:
+        tasks = job.tasks()
+        for _ in job.programs:
+            assert next(tasks).schedule.is_empty  # the baselines come first
+        return job.programs, [next(tasks) for _ in range(count)]
+    finally:
+        job.store.close()
+
+
+def test_the_heuristic_source_measures_its_schedule_then_mutations_around_it(tmp_path):
+    programs, tasks = _sampled(tmp_path, (("heuristic", 1.0),), 24, "h")
+    own = {p.hash: heuristic_schedule(p).hash for p in programs}
+    firsts = {}
+    for task in tasks:
+        firsts.setdefault(task.program.hash, task.schedule.hash)
+    # each program's first schedule is the heuristic's own, unless that is the empty schedule
+    # (elementwise ops: measured as the baseline)
+    scheduled = {h for h, s in own.items() if s != Schedule().hash}
+    assert scheduled and {h: firsts[h] for h in scheduled} == {h: own[h] for h in scheduled}
+
+    def shared(schedule, program):
+        steps = {
+            (o["op"], json.dumps(t)) for o in schedule.to_json()["ops"] for t in o["transforms"]
+        }
+        ref = heuristic_schedule(program).to_json()["ops"]
+        return len(steps & {(o["op"], json.dumps(t)) for o in ref for t in o["transforms"]})
+
+    mutated = [t for t in tasks if t.schedule.hash != own[t.program.hash]]
+    assert len(mutated) == len(tasks) - len(scheduled)
+    _, randoms = _sampled(tmp_path, (("random", 1.0),), len(mutated), "r")
+    near = np.mean([shared(t.schedule, t.program) for t in mutated])
+    far = np.mean([shared(t.schedule, t.program) for t in randoms])
+    assert near > 2 * far  # mutations keep most of the heuristic's transforms
+
+
+def test_the_agent_source_draws_the_trained_agents_schedules(tmp_path):
+    _, tasks = _sampled(tmp_path, (("agent", 1.0),), 6, "a")
+    assert all(not t.schedule.is_empty for t in tasks)
+    assert len({t.schedule.hash for t in tasks}) == len(tasks)

@@ -251,10 +251,15 @@ def schedule_of(program: Program, state: HostState) -> Schedule:
     return Schedule.of(per_op)
 
 
-def _choices(program: Program, op_id: int, sizes: tuple[int, ...], lanes: int | None) -> list[int]:
+def _choices(
+    program: Program, op_id: int, sizes: tuple[int, ...], lanes: int | None, nearest: bool = False
+) -> list[int]:
     choices = []
     for loop, size in zip(program.ops[op_id].loops, sizes):
         offered = tile_candidates(loop.extent, lanes)
+        if size and nearest and size not in offered[1:]:
+            ratios = [abs(np.log(c / size)) if c else np.inf for c in offered]
+            size = offered[int(np.argmin(ratios))]
         if size and size not in offered[1:]:
             raise ScheduleError(
                 f"op {op_id}: tile size {size} is not offered for extent {loop.extent}"
@@ -264,10 +269,11 @@ def _choices(program: Program, op_id: int, sizes: tuple[int, ...], lanes: int | 
 
 
 def schedule_to_actions(
-    program: Program, schedule: Schedule, lanes: int | None = None
+    program: Program, schedule: Schedule, lanes: int | None = None, nearest: bool = False
 ) -> list[np.ndarray]:
     """An action sequence that builds `schedule` (grammar order, sizes among the candidates
-    offered for vectors of `lanes`, default this machine's)."""
+    offered for vectors of `lanes`, default this machine's). A size not offered is an error,
+    or with `nearest` the offered size closest to it in ratio (a schedule like it)."""
     kinds = {
         "tile_parallel": TILE_PARALLEL,
         "tile_fuse": TILE_FUSE,
@@ -287,7 +293,7 @@ def schedule_to_actions(
                 actions.append(
                     encode_action(
                         kinds[t.kind],
-                        tiles=_choices(program, op.id, t.sizes, lanes) if t.sizes else (),
+                        tiles=_choices(program, op.id, t.sizes, lanes, nearest) if t.sizes else (),
                     )
                 )
         if not transforms or transforms[-1].kind != "vectorize":
