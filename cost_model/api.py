@@ -1,9 +1,12 @@
 """`CostModel`: load / save / predict / update, the interface the reward and re-grounding use.
 
-`predict(table, states)` maps a batch of environment states to predicted log run times.
+`predict(table, states)` maps a batch of environment states to predicted log run times;
+`predict_with_spread` adds their uncertainty, the spread of an ensemble's members.
 `log_time_model` hands the environment the same network as pure functions of `params`
-(`SurrogateLogTime`), so the reward is a function of the weights, passed as an argument. A
-model is tied to the machine its measurements came from; its metadata says which.
+(`SurrogateLogTime`), so the reward is a function of the weights, passed as an argument. The
+machine (its profile) and the kernel's thread count are inputs, read from the table
+(`encode_programs`): one model serves every machine it was fitted on, and predicts for others.
+Its metadata names the machines (ids and profiles) and thread counts it was fitted on.
 """
 
 from __future__ import annotations
@@ -23,7 +26,14 @@ import orbax.checkpoint as ocp
 from flax import nnx
 
 from cost_model.dataset import Dataset, map_in_chunks
-from cost_model.model import ModelConfig, apply, apply_with_static, build, static_embeddings
+from cost_model.model import (
+    ModelConfig,
+    apply,
+    apply_members,
+    apply_members_with_static,
+    build,
+    static_embeddings,
+)
 from cost_model.train import TrainConfig, fit
 from mlirrl_jax import integrity
 from mlirrl_jax.env.features import dynamic_features, features
@@ -31,27 +41,45 @@ from mlirrl_jax.env.reward import AnalyticLogTime
 from mlirrl_jax.env.state import EnvState, ProgramTable, slot_sizes, trim_ops, trim_table
 from mlirrl_jax.host_devices import on_each_device
 
-FEATURE_VERSION = 4  # bump when features change: old checkpoints then refuse to load
+FEATURE_VERSION = 5  # bump when features change: old checkpoints then refuse to load
+# older feature versions a checkpoint may carry, and the network settings that read them:
+# version 4 is version 5 less the machine's columns
+READABLE_VERSIONS = {4: {"machine_inputs": False}, FEATURE_VERSION: {}}
 PREDICT_CHUNK = 256  # rows per step of `CostModel.predictor`
 REDO = "refit it (`mlirrl-jax fit-cost-model`)"
 
 
-def predict_log_time(
+def predict_member_log_times(
     graphdef, params, table: ProgramTable, states: EnvState, embeddings=None
 ) -> jax.Array:
-    """(B,) predicted log times of a batch of states over all of `table`'s op slots (trim both
-    first: `trim_ops`); `embeddings` are the table's `static_embeddings` (computed if None)."""
+    """(members, B) each ensemble member's predicted log times of a batch of states over all
+    of `table`'s op slots (trim both first: `trim_ops`); `embeddings` are the table's
+    `static_embeddings` (computed if None)."""
     if "loop_in" in params:  # loop tokens: no separable per-program first layer
         batch = jax.vmap(features, in_axes=(None, 0))(table, states)
-        return apply(graphdef, params, jax.lax.optimization_barrier(batch))
+        return apply_members(graphdef, params, jax.lax.optimization_barrier(batch))
     # the barrier keeps XLA from fusing feature assembly into the network's layers,
     # which made the whole prediction about 1.6x slower on CPU
     batch = jax.vmap(dynamic_features, in_axes=(None, 0))(table, states)
     if embeddings is None:
         embeddings = table_embeddings(graphdef, params, table)
-    return apply_with_static(
+    return apply_members_with_static(
         graphdef, params, jax.lax.optimization_barrier(batch), embeddings, states.program
     )
+
+
+def predict_log_time(
+    graphdef, params, table: ProgramTable, states: EnvState, embeddings=None
+) -> jax.Array:
+    """(B,) the ensemble's predicted log times (members averaged in log space) of a batch of
+    states (`predict_member_log_times`)."""
+    return predict_member_log_times(graphdef, params, table, states, embeddings).mean(axis=0)
+
+
+def mean_and_spread(members: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The ensemble's prediction and its uncertainty from (members, B) log times: their mean
+    and their standard deviation across members (0 for one member)."""
+    return members.mean(axis=0), members.std(axis=0)
 
 
 def table_embeddings(graphdef, params, table: ProgramTable):
@@ -80,6 +108,18 @@ class SurrogateLogTime:
             self.graphdef, context["params"], cut_table, cut_states, context["embeddings"]
         )
 
+    def log_time_with_spread(
+        self, context: dict, table: ProgramTable, states: EnvState
+    ) -> tuple[jax.Array, jax.Array]:
+        """(B,) predicted log times, as `log_time`, and (B,) their spread across the
+        ensemble's members (std of log time: the prediction's uncertainty)."""
+        cut_table, cut_states = trim_ops(table, states)
+        return mean_and_spread(
+            predict_member_log_times(
+                self.graphdef, context["params"], cut_table, cut_states, context["embeddings"]
+            )
+        )
+
 
 # jitted once per network structure: models of the same structure (a model and its updates)
 # share the compiled functions
@@ -91,6 +131,11 @@ def _predict_features(graphdef, params, feats):
 @functools.partial(jax.jit, static_argnums=0)
 def _predict_states(graphdef, params, table: ProgramTable, states: EnvState):
     return predict_log_time(graphdef, params, *trim_ops(table, states))
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _predict_states_with_spread(graphdef, params, table: ProgramTable, states: EnvState):
+    return mean_and_spread(predict_member_log_times(graphdef, params, *trim_ops(table, states)))
 
 
 class CostModel:
@@ -129,6 +174,13 @@ class CostModel:
         """Predicted log times of a batch of states (the network runs on the whole batch, over
         the table's op slots only: `trim_ops`)."""
         return _predict_states(self.graphdef, self.params, table, states)
+
+    def predict_with_spread(
+        self, table: ProgramTable, states: EnvState
+    ) -> tuple[jax.Array, jax.Array]:
+        """Predicted log times of a batch of states, as `predict`, and their uncertainty: the
+        standard deviation of the ensemble members' log times (0 for a single network)."""
+        return _predict_states_with_spread(self.graphdef, self.params, table, states)
 
     def _predict(self, table: ProgramTable, states: EnvState, embeddings=None) -> jax.Array:
         return predict_log_time(self.graphdef, self.params, table, states, embeddings)
@@ -194,20 +246,33 @@ class CostModel:
         machine_id: str = "",
         progress: bool = True,
     ) -> tuple[CostModel, list]:
+        """Fit on `data`; the meta records its machines (ids and profiles) and thread counts.
+        `machine_id` names the machine in the meta (default: the data's, joined by commas
+        when several)."""
         config = config or TrainConfig()
         graphdef, params, history = fit(data, config, progress=progress)
+        machines, thread_counts = data.machines_and_threads()
+        machine_id = machine_id or ",".join(machines)
+        programs = len({p.hash for p in data.programs})
         meta = {
             "feature_version": FEATURE_VERSION,
             "machine_id": machine_id,
+            # what callers that take one thread count read (the agent, validation's
+            # heuristic): the smallest fitted
+            "threads": thread_counts[0] if thread_counts else 1,
+            "thread_counts": thread_counts,
+            "machines": {m: data.profiles[m].to_json() for m in machines},
             "train": config.to_json(),
             "rows": len(data),
-            "programs": len(data.programs),
+            "programs": programs,
             "lineage": [
                 {
                     "step": "fit",
                     "machine_id": machine_id,
+                    "machines": machines,
+                    "thread_counts": thread_counts,
                     "rows": len(data),
-                    "programs": len(data.programs),
+                    "programs": programs,
                 }
             ],
         }
@@ -244,16 +309,20 @@ class CostModel:
             "machine_id": machine,
             "threads": threads,
             "rows": len(data),
-            "programs": len(data.programs),
+            "programs": len({p.hash for p in data.programs}),
             "anchor_states": 0 if anchor is None else len(anchor),
             "epochs": epochs,
             "from": self.identity,
             **({"note": note} if note else {}),
         }
+        machines, thread_counts = data.machines_and_threads()
+        profiles = {m: data.profiles[m].to_json() for m in machines}
         meta = {
             **self.meta,
             "machine_id": machine,
             "threads": threads,
+            "thread_counts": sorted({*self.meta.get("thread_counts", []), *thread_counts}),
+            "machines": {**self.meta.get("machines", {}), **profiles},
             "updates": self.meta.get("updates", 0) + 1,
             "rows": self.meta["rows"] + len(data),
             "prior": self.meta.get("prior") or self.identity,
@@ -309,12 +378,15 @@ class CostModel:
         meta = integrity.read_json(meta_path, REDO)
         if not isinstance(meta, dict) or not isinstance(meta.get("train"), dict):
             raise integrity.damaged(meta_path, "damaged (no training config in it)", REDO)
-        if meta.get("feature_version") != FEATURE_VERSION:
+        version = meta.get("feature_version")
+        if version not in READABLE_VERSIONS:
             raise ValueError(
-                f"{directory}: features version {meta.get('feature_version')}, "
-                f"this code computes version {FEATURE_VERSION}; retrain the model"
+                f"{directory}: features version {version}, this code computes version "
+                f"{FEATURE_VERSION} and reads {sorted(READABLE_VERSIONS)}; retrain the model"
             )
-        graphdef, params = build(ModelConfig(**meta["train"]["model"]))
+        model_config = {**meta["train"]["model"], **READABLE_VERSIONS[version]}
+        meta = {**meta, "train": {**meta["train"], "model": model_config}}
+        graphdef, params = build(ModelConfig(**model_config))
         target = jax.tree.map(ocp.utils.to_shape_dtype_struct, nnx.to_pure_dict(params))
         checkpoint = directory / "checkpoint"
         with integrity.reading(checkpoint, REDO), ocp.CheckpointManager(checkpoint) as manager:

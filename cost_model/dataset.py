@@ -8,7 +8,8 @@ and `features` reads the state reached.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 
 import jax
 import numpy as np
@@ -25,7 +26,7 @@ from mlirrl_jax.env.jax_env import (
 )
 from mlirrl_jax.env.replay import schedule_to_actions
 from mlirrl_jax.env.state import EnvState, ProgramTable, encode_programs, initial_state
-from mlirrl_jax.measure.fingerprint import vector_lanes
+from mlirrl_jax.measure.profile import MachineProfile, profile_of
 from mlirrl_jax.programs import suites
 from mlirrl_jax.programs.ir import Program
 from mlirrl_jax.schedule import Schedule, ScheduleError
@@ -35,7 +36,8 @@ from mlirrl_jax.store import MeasurementStore
 
 @dataclass
 class Dataset:
-    """Featurized measurements; `program` indexes `programs` (and the table's rows)."""
+    """Featurized measurements; `program` indexes the table's rows, one per (program, machine,
+    threads), and `programs`, `families`, `machines` and `threads` describe each row."""
 
     states: EnvState  # the states the schedules reach, arrays with a leading axis N
     features: Features  # their features, arrays with a leading axis N
@@ -47,36 +49,42 @@ class Dataset:
     table: ProgramTable
     skipped: int = 0  # stored rows whose schedule is not expressible in the action space
     schedule_hash: np.ndarray | None = None  # (N,) str: the stored rows' schedule hashes
+    machines: list[str] = field(default_factory=list)  # per table row: its machine's id
+    threads: list[int] = field(default_factory=list)  # per table row: threads per kernel
+    profiles: dict[str, MachineProfile] = field(default_factory=dict)  # of `machines`, by id
 
     def __len__(self) -> int:
         return int(self.log_time.shape[0])
 
+    def machines_and_threads(self) -> tuple[list[str], list[int]]:
+        """The machines and thread counts of the table rows its rows are of, sorted."""
+        used = np.unique(self.program)
+        return sorted({self.machines[i] for i in used}), sorted({self.threads[i] for i in used})
+
     def subset(self, rows: np.ndarray) -> Dataset:
         take = lambda a: a[rows]  # noqa: E731
-        return Dataset(
-            jax.tree.map(take, self.states),
-            jax.tree.map(take, self.features),
-            self.log_time[rows],
-            self.program[rows],
-            self.is_baseline[rows],
-            self.programs,
-            self.families,
-            self.table,
+        return replace(
+            self,
+            states=jax.tree.map(take, self.states),
+            features=jax.tree.map(take, self.features),
+            log_time=self.log_time[rows],
+            program=self.program[rows],
+            is_baseline=self.is_baseline[rows],
+            skipped=0,
             schedule_hash=None if self.schedule_hash is None else self.schedule_hash[rows],
         )
 
     def concat(self, other: Dataset) -> Dataset:
         """The rows of both (same programs and table)."""
         join = lambda a, b: np.concatenate([np.asarray(a), np.asarray(b)])  # noqa: E731
-        return Dataset(
-            jax.tree.map(join, self.states, other.states),
-            jax.tree.map(join, self.features, other.features),
-            join(self.log_time, other.log_time),
-            join(self.program, other.program),
-            join(self.is_baseline, other.is_baseline),
-            self.programs,
-            self.families,
-            self.table,
+        return replace(
+            self,
+            states=jax.tree.map(join, self.states, other.states),
+            features=jax.tree.map(join, self.features, other.features),
+            log_time=join(self.log_time, other.log_time),
+            program=join(self.program, other.program),
+            is_baseline=join(self.is_baseline, other.is_baseline),
+            skipped=0,
             schedule_hash=None
             if self.schedule_hash is None or other.schedule_hash is None
             else join(self.schedule_hash, other.schedule_hash),
@@ -164,15 +172,15 @@ def random_states(data: Dataset, count: int, seed: int = 0, progress: bool = Fal
     states, feats = map_in_chunks(
         one_chunk, ids, keys, next_weights, progress="random states" if progress else None
     )
-    return Dataset(
-        states,
-        feats,
-        np.zeros(count, np.float32),
-        ids,
-        np.zeros(count, bool),
-        data.programs,
-        data.families,
-        table,
+    return replace(
+        data,
+        states=states,
+        features=feats,
+        log_time=np.zeros(count, np.float32),
+        program=ids,
+        is_baseline=np.zeros(count, bool),
+        skipped=0,
+        schedule_hash=None,
     )
 
 
@@ -187,47 +195,83 @@ def padded_actions(program: Program, schedule: Schedule, lanes: int | None = Non
 
 def load_dataset(
     store: MeasurementStore,
-    machine_id: str,
-    threads: int = 1,
+    machine_id: str | Sequence[str],
+    threads: int | Sequence[int] = 1,
     programs: set[str] | None = None,
     table_programs: list[Program] | None = None,
 ) -> Dataset:
-    """Every verified measurement of one machine (of the programs with these hashes, if
-    given), featurized. `table_programs`: the dataset's programs and table are these (which
-    must include every program with rows), so that datasets of one job share a table shape
-    and its compiled functions."""
-    if programs is None:
-        found = store.rows(machine_id=machine_id, status="ok")
-    else:
-        found = (
-            r
-            for h in sorted(programs)
-            for r in store.rows(machine_id=machine_id, status="ok", program_hash=h)
-        )
-    rows = [r for r in found if r["threads"] == threads]
-    if not rows:
-        raise ValueError(f"{store.path} has no verified measurements of machine {machine_id}")
-    if table_programs is None:
-        programs = [store.program(h) for h in sorted({r["program_hash"] for r in rows})]
-    else:
-        programs = list(table_programs)
-    index = {p.hash: i for i, p in enumerate(programs)}
-    missing = {r["program_hash"] for r in rows} - set(index)
-    if missing:
-        raise ValueError(f"{len(missing)} programs with rows are not among table_programs")
-    # the candidates the measuring machine's environment offered: its vector width
-    lanes = vector_lanes(machine=rows[0]["fingerprint"]["machine"])
-    kept, actions, skipped = [], [], 0
-    for r in rows:
-        program = programs[index[r["program_hash"]]]
-        try:
-            actions.append(padded_actions(program, Schedule.from_json(r["schedule"]), lanes))
-        except ScheduleError:
-            skipped += 1
-            continue
-        kept.append(r)
-    table = encode_programs(programs, lanes)
-    ids = np.array([index[r["program_hash"]] for r in kept], np.int32)
+    """Every verified measurement of a machine at a thread count (of the programs with these
+    hashes, if given), featurized.
+
+    Several machines or thread counts are asked for by name: `machine_id` a list of ids,
+    `threads` a list of counts. Each (program, machine, threads) with rows is then a table row
+    of its own, encoded with that machine's profile (the store's record, else a known one:
+    `measure.profile.profile_of`) and that thread count, and tile candidates of that machine's
+    vectors; a thread count without rows of a machine is left out, a named machine without
+    rows at any of them is an error. `table_programs`: each machine and thread count's
+    programs are these (which must include every program with rows), so that datasets of one
+    job share a table shape and its compiled functions."""
+    machine_ids = [machine_id] if isinstance(machine_id, str) else sorted(set(machine_id))
+    thread_counts = [threads] if isinstance(threads, int) else sorted(set(threads))
+    recorded = store.machine_profiles()
+    groups = []  # (machine, threads, its rows)
+    for machine in machine_ids:
+        if programs is None:
+            found = list(store.rows(machine_id=machine, status="ok"))
+        else:
+            found = [
+                r
+                for h in sorted(programs)
+                for r in store.rows(machine_id=machine, status="ok", program_hash=h)
+            ]
+        chosen = [(t, [r for r in found if r["threads"] == t]) for t in thread_counts]
+        chosen = [(t, rows) for t, rows in chosen if rows]
+        if not chosen:
+            raise ValueError(
+                f"{store.path} has no verified measurements of machine {machine} at "
+                f"{', '.join(map(str, thread_counts))} thread(s)"
+            )
+        groups += [(machine, t, rows) for t, rows in chosen]
+    profiles = {m: profile_of(m, recorded) for m in machine_ids}
+    parsed: dict[str, Program] = {p.hash: p for p in table_programs or []}
+    row_programs: list[Program] = []
+    row_machines: list[str] = []
+    row_threads: list[int] = []
+    index: dict[tuple[str, int, str], int] = {}  # (machine, threads, program hash) -> row
+    for machine, count, rows in groups:
+        hashes = sorted({r["program_hash"] for r in rows})
+        if table_programs is None:
+            for h in hashes:
+                parsed.setdefault(h, store.program(h))
+            chosen_programs = [parsed[h] for h in hashes]
+        else:
+            chosen_programs = list(table_programs)
+            missing = set(hashes) - {p.hash for p in chosen_programs}
+            if missing:
+                raise ValueError(f"{len(missing)} programs with rows are not among table_programs")
+        for p in chosen_programs:
+            index[machine, count, p.hash] = len(row_programs)
+            row_programs.append(p)
+            row_machines.append(machine)
+            row_threads.append(count)
+    kept, ids, actions, skipped = [], [], [], 0
+    for machine, count, rows in groups:
+        # the candidates the measuring machine's environment offered: its vector width
+        lanes = profiles[machine].vector_lanes
+        for r in rows:
+            row = index[machine, count, r["program_hash"]]
+            try:
+                schedule = Schedule.from_json(r["schedule"])
+                actions.append(padded_actions(row_programs[row], schedule, lanes))
+            except ScheduleError:
+                skipped += 1
+                continue
+            kept.append(r)
+            ids.append(row)
+    table = encode_programs(
+        row_programs, machine=[profiles[m] for m in row_machines], threads=row_threads
+    )
+    ids = np.array(ids, np.int32)
     states, feats = featurize(table, ids, np.stack(actions).astype(np.int32))
     return Dataset(
         states=states,
@@ -235,12 +279,40 @@ def load_dataset(
         log_time=np.log(np.array([r["median_s"] for r in kept], np.float64)).astype(np.float32),
         program=ids,
         is_baseline=np.array([r["schedule_hash"] == Schedule().hash for r in kept]),
-        programs=programs,
-        families=[_family(p.name) for p in programs],
+        programs=row_programs,
+        families=[_family(p.name) for p in row_programs],
         table=table,
         skipped=skipped,
         schedule_hash=np.array([r["schedule_hash"] for r in kept], dtype=object),
+        machines=row_machines,
+        threads=row_threads,
+        profiles=profiles,
     )
+
+
+def machine_table(
+    programs: list[Program],
+    machine: str | MachineProfile,
+    threads: int = 1,
+    store: MeasurementStore | None = None,
+) -> ProgramTable:
+    """The table of `programs` on a machine at `threads` per kernel: what the surrogate
+    predicts that machine's run times from (a machine it was not fitted on included).
+    `machine`: its profile, or its id (`measure.profile.profile_of`, with `store`'s records)."""
+    if isinstance(machine, str):
+        machine = profile_of(machine, store.machine_profiles() if store is not None else None)
+    return encode_programs(programs, machine=machine, threads=threads)
+
+
+def resolve_machines(store: MeasurementStore, spec: str) -> list[str]:
+    """Machine ids from a comma-separated list, or "all" (every machine with rows in the
+    store)."""
+    if spec.strip() == "all":
+        return sorted(store.machines())
+    chosen = [m.strip() for m in spec.split(",") if m.strip()]
+    if not chosen:
+        raise ValueError(f"no machine ids in {spec!r}")
+    return chosen
 
 
 def programs_in_split(dataset: Dataset, split: str) -> set[int]:

@@ -19,6 +19,7 @@ from flax import nnx
 from mlirrl_jax.actions import MAX_LOOPS
 from mlirrl_jax.env.features import (
     LOOP_FEATURES,
+    MACHINE_FEATURES,
     OP_FEATURES,
     STATIC_LOOP_FEATURES,
     STATIC_OP_FEATURES,
@@ -33,6 +34,9 @@ class ModelConfig:
     heads: int = 2  # attention heads across ops (0: ops exchange a pooled context instead)
     members: int = 1  # an ensemble of this many networks (different initial weights), averaged
     seed: int = 0
+    # read the machine's profile and the kernel's threads (`machine_features`); False: a
+    # network of features version 4, fitted before they existed, which reads neither
+    machine_inputs: bool = True
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -51,18 +55,36 @@ def _masked_pool(x: jax.Array, mask: jax.Array, axis: int) -> jax.Array:
     return jnp.concatenate([mean, largest], axis=-1)
 
 
-def _flattened_input_rows() -> tuple[np.ndarray, np.ndarray]:
+# the machine's columns close the static op features
+MACHINE_COLUMNS = slice(STATIC_OP_FEATURES - MACHINE_FEATURES, STATIC_OP_FEATURES)
+
+
+def without_machine(op_features: jax.Array) -> jax.Array:
+    """Op features less the machine's columns: what a network without machine inputs reads."""
+    return jnp.concatenate(
+        [op_features[..., : MACHINE_COLUMNS.start], op_features[..., MACHINE_COLUMNS.stop :]],
+        axis=-1,
+    )
+
+
+def op_inputs(machine_inputs: bool) -> int:
+    """Op feature columns a network reads."""
+    return OP_FEATURES if machine_inputs else OP_FEATURES - MACHINE_FEATURES
+
+
+def _flattened_input_rows(machine_inputs: bool) -> tuple[np.ndarray, np.ndarray]:
     """Rows of the first layer's kernel (flattened-loops input) that read per-program (static)
     features, and the rows that read the schedule's (dynamic) ones."""
-    is_static = np.zeros(OP_FEATURES + MAX_LOOPS * LOOP_FEATURES, bool)
-    is_static[:STATIC_OP_FEATURES] = True
+    ops = op_inputs(machine_inputs)
+    is_static = np.zeros(ops + MAX_LOOPS * LOOP_FEATURES, bool)
+    is_static[: STATIC_OP_FEATURES - (ops < OP_FEATURES) * MACHINE_FEATURES] = True
     for loop in range(MAX_LOOPS):
-        start = OP_FEATURES + loop * LOOP_FEATURES
+        start = ops + loop * LOOP_FEATURES
         is_static[start : start + STATIC_LOOP_FEATURES] = True
     return np.flatnonzero(is_static), np.flatnonzero(~is_static)
 
 
-STATIC_ROWS, DYNAMIC_ROWS = _flattened_input_rows()
+INPUT_ROWS = {m: _flattened_input_rows(m) for m in (True, False)}
 
 
 class CostNet(nnx.Module):
@@ -73,7 +95,8 @@ class CostNet(nnx.Module):
             self.loop_hidden = nnx.Linear(lw, lw, rngs=rngs)
         self.loop_width = lw
         loop_inputs = 2 * lw if lw else MAX_LOOPS * LOOP_FEATURES
-        self.op_in = nnx.Linear(OP_FEATURES + loop_inputs, ow, rngs=rngs)
+        self.machine_inputs = config.machine_inputs
+        self.op_in = nnx.Linear(op_inputs(config.machine_inputs) + loop_inputs, ow, rngs=rngs)
         self.op_hidden = nnx.Linear(ow, ow, rngs=rngs)
         if config.heads:
             self.attention = nnx.MultiHeadAttention(
@@ -95,10 +118,11 @@ class CostNet(nnx.Module):
         if self.loop_width:
             raise ValueError("a static embedding needs the flattened-loops network (loop_width 0)")
         flat = static_loop.reshape(*static_loop.shape[:-2], -1)
+        if not self.machine_inputs:
+            static_op = static_op[..., : MACHINE_COLUMNS.start]
+        rows = INPUT_ROWS[self.machine_inputs][0]
         kernel = self.op_in.kernel[...]
-        return (
-            jnp.concatenate([static_op, flat], axis=-1) @ kernel[STATIC_ROWS] + self.op_in.bias[...]
-        )
+        return jnp.concatenate([static_op, flat], axis=-1) @ kernel[rows] + self.op_in.bias[...]
 
     def __call__(self, f: Features, static_embedding: jax.Array | None = None) -> jax.Array:
         """Predicted log run time (seconds); `f` arrays carry any leading batch axes.
@@ -111,7 +135,8 @@ class CostNet(nnx.Module):
         if static_embedding is not None:
             flat = f.loop_features.reshape(*f.loop_features.shape[:-2], -1)
             dynamic = jnp.concatenate([f.op_features, flat], axis=-1)
-            ops = nnx.relu(dynamic @ self.op_in.kernel[...][DYNAMIC_ROWS] + static_embedding)
+            rows = INPUT_ROWS[self.machine_inputs][1]
+            ops = nnx.relu(dynamic @ self.op_in.kernel[...][rows] + static_embedding)
         else:
             if self.loop_width:
                 loops = nnx.relu(self.loop_in(f.loop_features))
@@ -119,7 +144,8 @@ class CostNet(nnx.Module):
                 pooled = _masked_pool(loops, f.loop_valid, axis=-2)
             else:  # loops in their original order: position is meaningful, no pooling needed
                 pooled = f.loop_features.reshape(*f.loop_features.shape[:-2], -1)
-            ops = nnx.relu(self.op_in(jnp.concatenate([f.op_features, pooled], axis=-1)))
+            op_features = f.op_features if self.machine_inputs else without_machine(f.op_features)
+            ops = nnx.relu(self.op_in(jnp.concatenate([op_features, pooled], axis=-1)))
         ops = nnx.relu(self.op_hidden(ops)) + ops
         if self.heads:
             pair_mask = f.op_valid[..., None, :] & f.op_valid[..., :, None]
@@ -162,9 +188,11 @@ def static_embeddings(graphdef, params, static_op: jax.Array, static_loop: jax.A
     )
 
 
-def apply_with_static(graphdef, params, features: Features, embeddings, program) -> jax.Array:
-    """`apply` with the first layer's per-program part looked up in `embeddings` (from
+def apply_members_with_static(
+    graphdef, params, features: Features, embeddings, program
+) -> jax.Array:
+    """`apply_members` with the first layer's per-program part looked up in `embeddings` (from
     `static_embeddings`) by each row's `program` index; the same values, less work per state."""
     return jax.vmap(lambda p, e: nnx.merge(graphdef, p)(features, static_embedding=e[program]))(
         params, embeddings
-    ).mean(axis=0)
+    )

@@ -72,20 +72,24 @@ REFERENCE_PROGRAMS = 6  # held-out programs whose every row's prediction is kept
 
 def reference_predictions(model, data: Dataset, programs: set[int]) -> dict:
     """The model's prediction of every row of a few held-out programs (the first
-    `REFERENCE_PROGRAMS` by name), keyed by program name and schedule hash: a small slice of
-    the data that re-predicting checks a saved model against drift of features or code."""
+    `REFERENCE_PROGRAMS` by name, on each machine and thread count), keyed by program name,
+    machine, threads and schedule hash: a small slice of the data that re-predicting checks a
+    saved model against drift of features or code."""
     from mlirrl_jax.env.replay import HostState, schedule_of
 
-    chosen = sorted(programs, key=lambda i: data.programs[i].name)[:REFERENCE_PROGRAMS]
-    part = data.of_programs(set(chosen))
+    names = sorted({data.programs[i].name for i in programs})[:REFERENCE_PROGRAMS]
+    part = data.of_programs({i for i in programs if data.programs[i].name in names})
     predicted = predict_dataset(model, part)
     rows = []
     for i in range(len(part)):
-        program = part.programs[int(part.program[i])]
+        row = int(part.program[i])
+        program = part.programs[row]
         state = HostState.from_env_state(jax.tree.map(lambda a, i=i: a[i], part.states))
         rows.append(
             {
                 "program": program.name,
+                "machine_id": part.machines[row],
+                "threads": part.threads[row],
                 "schedule_hash": schedule_of(program, state).hash,
                 "predicted_log_time": float(predicted[i]),
             }
@@ -96,34 +100,40 @@ def reference_predictions(model, data: Dataset, programs: set[int]) -> dict:
 def fit_and_report(
     store_path: Path,
     out: Path,
-    machine_id: str,
+    machine_id: str | list[str],
     config: TrainConfig,
     progress: bool = True,
+    threads: int | list[int] = 1,
 ) -> dict:
     """Fit on the store's train-split programs, evaluate on its surrogate-validation ones
-    (`mlirrl_jax.splits`); test-split programs are left out of both."""
+    (`mlirrl_jax.splits`); test-split programs are left out of both. Several machines or
+    thread counts (lists) are fitted together, each program on each one a table row of its
+    own (`load_dataset`)."""
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     with MeasurementStore(store_path, create=False) as store:
-        data = load_dataset(store, machine_id)
+        data = load_dataset(store, machine_id, threads)
     held = programs_in_split(data, SURROGATE_VALIDATION)
     trained_on = programs_in_split(data, TRAIN)
     train, test = data.of_programs(trained_on), data.of_programs(held)
     excluded = len(data) - len(train) - len(test)
+    distinct = lambda rows: len({data.programs[i].name for i in rows})  # noqa: E731
+    machines, thread_counts = data.machines_and_threads()
     print(
-        f"{len(data)} verified measurements of {len(data.programs)} programs "
+        f"{len(data)} verified measurements of {distinct(range(len(data.programs)))} programs "
+        f"on {', '.join(machines)} at {', '.join(map(str, thread_counts))} thread(s) "
         f"({data.skipped} not expressible as actions); training on {len(train)} rows of "
-        f"{len(trained_on)} train-split programs, evaluating on {len(test)} rows of "
-        f"{len(held)} surrogate-validation programs; {excluded} rows of "
-        f"{len(programs_in_split(data, TEST))} test-split programs left out",
+        f"{distinct(trained_on)} train-split programs, evaluating on {len(test)} rows of "
+        f"{distinct(held)} surrogate-validation programs; {excluded} rows of "
+        f"{distinct(programs_in_split(data, TEST))} test-split programs left out",
         file=sys.stderr,
     )
     fit_started = time.perf_counter()
-    model, history = CostModel.fit(train, config, machine_id=machine_id, progress=progress)
+    model, history = CostModel.fit(train, config, progress=progress)
     fit_seconds = time.perf_counter() - fit_started
     model.meta.update(
-        held_out_programs=sorted(data.programs[i].name for i in held),
+        held_out_programs=sorted({data.programs[i].name for i in held}),
         splits_version=SPLITS_VERSION,
         suites=sorted({suite_of(data.programs[i].name) or "user" for i in trained_on}),
     )
@@ -138,11 +148,13 @@ def fit_and_report(
     result = {
         "command": " ".join(sys.argv),
         "store": str(Path(store_path).resolve()),
-        "machine_id": machine_id,
+        "machine_id": model.meta["machine_id"],
+        "machines": machines,
+        "thread_counts": thread_counts,
         "rows": len(data),
         "train_rows": len(train),
         "held_out_rows": len(test),
-        "held_out_programs": len(held),
+        "held_out_programs": distinct(held),
         "test_rows_left_out": excluded,
         "splits_version": SPLITS_VERSION,
         "fit_seconds": fit_seconds,
@@ -216,6 +228,8 @@ def evaluate_saved(model_dir: Path, dataset_path: Path) -> dict:
 
     model = CostModel.load(model_dir)
     machine = model.meta["machine_id"]
+    machines = sorted(model.meta.get("machines") or [machine])
+    threads = model.meta.get("thread_counts") or model.meta.get("threads", 1)
     with tempfile.TemporaryDirectory() as tmp:
         store_path = Path(dataset_path)
         if store_path.suffix == ".parquet":
@@ -223,7 +237,7 @@ def evaluate_saved(model_dir: Path, dataset_path: Path) -> dict:
             with MeasurementStore(store_path) as store:
                 store.import_parquet(dataset_path, allow_other_machines=True)  # read by id
         with MeasurementStore(store_path, create=False) as store:
-            data = load_dataset(store, machine)
+            data = load_dataset(store, machines if len(machines) > 1 else machine, threads)
     names = set(model.meta.get("held_out_programs", []))
     held = {i for i, p in enumerate(data.programs) if p.name in names}
     test = data.of_programs(held)
@@ -231,7 +245,7 @@ def evaluate_saved(model_dir: Path, dataset_path: Path) -> dict:
     analytic, _ = held_out_metrics(AnalyticModel(), test)
     return {
         "machine_id": machine,
-        "held_out_programs": len(held),
+        "held_out_programs": len({data.programs[i].name for i in held}),
         "held_out_rows": len(test),
         "surrogate": surrogate,
         "analytic_baseline": analytic,

@@ -49,6 +49,11 @@ class TrainConfig:
     feature_noise: float = 0.0
     difference_weight: float = 1.0  # weight of the within-program log-time difference loss
     rank_weight: float = 0.5  # weight of the within-program logistic ranking loss
+    # an ensemble's members (`model.members` > 1) each train on their own bootstrap resample
+    # of the table's programs, besides their own batch order and initial weights: where the
+    # data say little, the members disagree, and their spread is the prediction's uncertainty.
+    # A single network, and a networks teacher, see every program.
+    bootstrap: bool = True
     seed: int = 0
     model: ModelConfig = field(default_factory=ModelConfig)
     # distillation: a teacher is fitted first, then `model` (the network shipped) on the
@@ -127,13 +132,21 @@ def _with_noise(features, key, bank):
     )
 
 
-def _batches(data: Dataset, config: TrainConfig, rng: np.random.Generator, steps: int):
+def _batches(
+    data: Dataset, config: TrainConfig, rng: np.random.Generator, steps: int, bootstrap: bool
+):
+    """`steps` batches of row indices: `programs_per_batch` programs, `rows_per_program` rows
+    of each; with `bootstrap`, the programs are drawn from a resample (with replacement) of
+    the data's programs, drawn first."""
     by_program = [np.flatnonzero(data.program == p) for p in np.unique(data.program)]
+    pool = np.arange(len(by_program))
+    if bootstrap:
+        pool = rng.choice(pool, size=len(pool))
     for _ in range(steps):
         chosen = rng.choice(
-            len(by_program),
+            pool,
             size=config.programs_per_batch,
-            replace=len(by_program) < config.programs_per_batch,
+            replace=len(pool) < config.programs_per_batch,
         )
         yield np.concatenate(
             [rng.choice(by_program[c], size=config.rows_per_program) for c in chosen]
@@ -172,7 +185,9 @@ def fit(data: Dataset, config: TrainConfig, init=None, progress=True):
         teacher = replace(
             config.model, members=config.teacher_members, op_width=config.teacher_op_width
         )
-        t_graphdef, t_params, history = _fit(data, replace(config, model=teacher), None, progress)
+        t_graphdef, t_params, history = _fit(
+            data, replace(config, model=teacher, bootstrap=False), None, progress
+        )
         jitted = jax.jit(lambda feats: apply(t_graphdef, t_params, feats))
         label = lambda feats: map_in_chunks(jitted, feats, size=4096)  # noqa: E731
     extra = random_states(data, config.distill_states, config.seed, progress)
@@ -224,8 +239,9 @@ def _fit(data: Dataset, config: TrainConfig, init, progress):
         return params, opt_state, loss, parts
 
     members = jax.tree.leaves(params)[0].shape[0]
+    bootstrap = config.bootstrap and members > 1
     streams = [
-        _batches(data, config, np.random.default_rng([config.seed, m]), steps)
+        _batches(data, config, np.random.default_rng([config.seed, m]), steps, bootstrap)
         for m in range(members)
     ]
     batches = map(np.stack, zip(*streams))  # (members, batch) per step

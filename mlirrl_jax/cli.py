@@ -16,7 +16,13 @@ from pathlib import Path
 
 from mlirrl_jax.heuristics import heuristic_schedule
 from mlirrl_jax.interrupt import stop_on_ctrl_c
-from mlirrl_jax.measure.runner import DEFAULT_MEM_LIMIT_MB, DEFAULT_TIMEOUT_S, Runner
+from mlirrl_jax.measure.runner import (
+    DEFAULT_COMPILE_TIMEOUT_S,
+    DEFAULT_MEM_LIMIT_MB,
+    DEFAULT_REFERENCE_TIMEOUT_S,
+    DEFAULT_TIMEOUT_S,
+    Runner,
+)
 from mlirrl_jax.measure.timing import Measurement, TimingMethod, speedup
 from mlirrl_jax.programs import generate
 from mlirrl_jax.programs.ir import Program, ProgramError, load_program, parse_program
@@ -55,7 +61,12 @@ def _measurement_row(program: Program, base: Measurement, tuned: Measurement) ->
 
 
 def _runner(args: argparse.Namespace) -> Runner:
-    return Runner(timeout_s=args.timeout, mem_limit_mb=args.mem_limit)
+    return Runner(
+        timeout_s=args.timeout,
+        mem_limit_mb=args.mem_limit,
+        compile_timeout_s=args.compile_timeout,
+        reference_timeout_s=args.reference_timeout,
+    )
 
 
 def schedule_to_measure(args, program: Program) -> tuple[Schedule, str]:
@@ -293,8 +304,20 @@ def cmd_show(args) -> int:
     return 0
 
 
+def _cpu_list(text: str) -> tuple[int, ...]:
+    try:
+        cpus = tuple(int(c) for c in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected core numbers, e.g. 0 or 0,1"
+        ) from None
+    if any(c < 0 for c in cpus):
+        raise argparse.ArgumentTypeError(f"{text!r}: core numbers are >= 0")
+    return cpus
+
+
 def cmd_collect(args) -> int:
-    from mlirrl_jax.collect import CollectConfig, CollectionJob
+    from mlirrl_jax.collect import CollectConfig, CollectionJob, parse_mix
 
     config = CollectConfig(
         store=Path(args.store),
@@ -307,6 +330,9 @@ def cmd_collect(args) -> int:
         seed=args.seed,
         next_weight=args.next_weight,
         **({"per_visit": args.per_visit} if args.per_visit else {}),
+        **({"mix": parse_mix(args.mix)} if args.mix else {}),
+        agent=Path(args.agent) if args.agent else None,
+        measure_cpus=args.measure_cpus or (),
         backend=args.backend,
         address=args.address,
         timeout_s=args.timeout,
@@ -379,8 +405,18 @@ def cmd_fit_cost_model(args) -> int:
         ),
         model=ModelConfig(seed=args.seed, **given("op_width", "heads", "members")),
     )
-    machine = args.machine or machine_fingerprint()["machine_id"]
-    result = fit_and_report(Path(args.store), Path(args.out), machine, config)
+    if args.machines is not None:  # several machines: asked for by name, or all
+        from cost_model.dataset import resolve_machines
+        from mlirrl_jax.store import MeasurementStore
+
+        if args.machine:
+            raise ValueError("--machine and --machines: give one of them")
+        with MeasurementStore(args.store, create=False) as store:
+            machine = resolve_machines(store, args.machines)
+    else:
+        machine = args.machine or machine_fingerprint()["machine_id"]
+    threads = list(args.threads) if len(args.threads) > 1 else args.threads[0]
+    result = fit_and_report(Path(args.store), Path(args.out), machine, config, threads=threads)
     print(format_metrics(result))
     print(
         f"trained in {result['fit_seconds']:.0f} s on {result['train_rows']} rows; held out "
@@ -619,10 +655,15 @@ def cmd_optimize(args) -> int:
             mem_limit_mb=args.mem_limit,
             seed=args.seed,
             say=lambda text: print(text, file=sys.stderr, flush=True),
+            compile_timeout_s=args.compile_timeout,
+            reference_timeout_s=args.reference_timeout,
         )
+    if summary["speedup"] is None:
+        gain = f"unscheduled over the {args.timeout:g} s limit, so no speedup over it"
+    else:
+        gain = f"{summary['speedup']:.2f}x over unscheduled"
     print(
-        f"best: {summary['best_source']}, {summary['best_ms']:.3f} ms, "
-        f"{summary['speedup']:.2f}x over unscheduled"
+        f"best: {summary['best_source']}, {summary['best_ms']:.3f} ms, {gain}"
         + (f", {summary['over_heuristic']:.2f}x the heuristic" if summary["over_heuristic"] else "")
         + f" (verified); {summary['schedule']}"
     )
@@ -703,7 +744,8 @@ def _add_measure_options(parser: argparse.ArgumentParser) -> None:
         "--timeout",
         type=POSITIVE_FLOAT,
         default=DEFAULT_TIMEOUT_S,
-        help="seconds one measurement may take before its worker is killed",
+        help="seconds a kernel's run (the verified call and the timed repeats) may take "
+        "before its worker is killed",
     )
     parser.add_argument(
         "--mem-limit",
@@ -713,11 +755,31 @@ def _add_measure_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_phase_limits(parser: argparse.ArgumentParser) -> None:
+    """The time limits of a measurement's phases other than the kernel's run (--timeout)."""
+    parser.add_argument(
+        "--compile-timeout",
+        type=POSITIVE_FLOAT,
+        default=DEFAULT_COMPILE_TIMEOUT_S,
+        help=f"seconds compiling a kernel may take ({DEFAULT_COMPILE_TIMEOUT_S:g})",
+    )
+    parser.add_argument(
+        "--reference-timeout",
+        type=POSITIVE_FLOAT,
+        default=DEFAULT_REFERENCE_TIMEOUT_S,
+        help="seconds computing a program's NumPy reference outputs may take, once per program "
+        f"and seed: they are kept on disk ({DEFAULT_REFERENCE_TIMEOUT_S:g})",
+    )
+
+
 def _add_worker_options(parser: argparse.ArgumentParser) -> None:
     """The seed and the measurement worker's limits, of commands that measure many kernels."""
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     parser.add_argument(
-        "--timeout", type=POSITIVE_FLOAT, default=DEFAULT_TIMEOUT_S, help="seconds per measurement"
+        "--timeout",
+        type=POSITIVE_FLOAT,
+        default=DEFAULT_TIMEOUT_S,
+        help="seconds a kernel's run (verified call and timed repeats) may take",
     )
     parser.add_argument(
         "--mem-limit", type=POSITIVE_INT, default=8192, help="worker address-space limit, MiB"
@@ -733,6 +795,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--schedule", help="schedule JSON file (default: the heuristic schedule)")
     p.add_argument("--json", action="store_true", help="print both measurements as JSON")
     _add_measure_options(p)
+    _add_phase_limits(p)
     p.set_defaults(func=cmd_measure)
 
     p = sub.add_parser(
@@ -790,6 +853,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="schedules of a program measured in a row, its reference outputs cached "
         "(default: CollectConfig.per_visit)",
     )
+    p.add_argument(
+        "--mix",
+        help="where schedules come from, with shares: random (masked random episodes), "
+        "heuristic (its schedule, then mutations around it), agent (a trained agent's "
+        "samples); default random:0.4,heuristic:0.4,agent:0.2",
+    )
+    p.add_argument("--agent", help="the agent run the agent source samples (default: shipped)")
+    p.add_argument(
+        "--measure-cpus",
+        type=_cpu_list,
+        help="cores the measured kernels run on, e.g. 0 or 0,1; the job itself may run "
+        "elsewhere (taskset -c 1 mlirrl-jax collect --measure-cpus 0 ...)",
+    )
     p.add_argument("--backend", default="local", choices=["local", "ray"])
     p.add_argument("--address", help="Ray cluster address, e.g. 127.0.0.1:6379")
     p.add_argument(
@@ -816,6 +892,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--store", default="data/measurements.db")
     p.add_argument("--out", default=f"runs/cost-model-{time.strftime('%Y%m%d-%H%M%S')}")
     p.add_argument("--machine", help="machine id whose measurements to use (default: this one)")
+    p.add_argument(
+        "--machines",
+        help="fit one model on several machines' measurements: machine ids, comma-separated, or "
+        "all (every machine of the store); each machine's programs are encoded with its profile",
+    )
+    p.add_argument(
+        "--threads",
+        type=_thread_counts,
+        default=(1,),
+        help="threads per kernel of the rows to fit on, e.g. 1 or 1,2 (default 1)",
+    )
     # unset: the defaults of cost_model.train.TrainConfig and cost_model.model.ModelConfig
     p.add_argument("--epochs", type=POSITIVE_INT, help="passes over the training rows")
     p.add_argument(
@@ -968,6 +1055,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--run", help="the agent's run (default: adapted to this machine, else shipped)")
     _add_worker_options(p)
+    _add_phase_limits(p)
     p.set_defaults(func=cmd_optimize)
     return parser
 

@@ -4,7 +4,8 @@ One row per (program, schedule, machine, threads). Measuring the same thing agai
 row's statistics and never adds a row. Writes are transactions, so a kill at any moment loses
 at most the measurements in flight. A row is a verified time or a failure with its reason: a
 wrong output never leaves a time behind. Programs are stored with their MLIR, so a dataset is
-self-contained.
+self-contained, and so are the machines: the store records the profile of each machine whose
+rows it holds (`measure.profile`), and an export carries them.
 
 Imports are idempotent. A row records the share of its measurements that came from each origin
 (the row where they were first taken, named by its lineage, or a store, by the id it draws at
@@ -34,11 +35,14 @@ from pathlib import Path
 from typing import NamedTuple
 
 from mlirrl_jax.measure.fingerprint import machine_fingerprint
+from mlirrl_jax.measure.profile import MachineProfile, known_profiles, this_machine_profile
 from mlirrl_jax.measure.timing import Measurement
 from mlirrl_jax.programs.ir import Program, parse_program
 from mlirrl_jax.schedule import Schedule
 
-SCHEMA_VERSION = 2  # 2: origins (idempotent imports), claims (jobs sharing a store)
+# 2: origins (idempotent imports), claims (jobs sharing a store); 3: machines (profiles)
+SCHEMA_VERSION = 3
+PROFILES_KEY = b"mlirrl_jax.machines"  # Parquet schema metadata: the rows' machines' profiles
 MAX_SAMPLES = 16  # per-measurement medians kept per row
 # a claim this old is taken over whoever holds it: a measurement lasts minutes at most, and the
 # owner of a claim made on another host cannot be checked for life
@@ -102,6 +106,12 @@ CREATE TABLE IF NOT EXISTS claims (
     pid INTEGER NOT NULL,
     claimed_at REAL NOT NULL,
     PRIMARY KEY (program_hash, schedule_hash, machine_id, threads)
+);
+-- the profile (`measure.profile.MachineProfile`, JSON) of each machine whose rows it holds
+CREATE TABLE IF NOT EXISTS machines (
+    machine_id TEXT PRIMARY KEY,
+    profile TEXT NOT NULL,
+    recorded_at REAL NOT NULL
 );
 """
 
@@ -226,13 +236,16 @@ class MeasurementStore:
         if version is not None and int(version) >= SCHEMA_VERSION:
             return
         # from version 1 nothing moves: its rows record no origins, so all their measurements
-        # are their own lineage's, as an export of schema 1 says of them too
+        # are their own lineage's, as an export of schema 1 says of them too. From version 2,
+        # the machines of its rows get the profiles known without measuring (shipped, or this
+        # machine's cached one); this machine's is recorded at its next `put` otherwise
         self._db.execute(
             "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
         )
         self._db.execute(
             "INSERT OR IGNORE INTO meta VALUES ('store_id', ?)", (uuid.uuid4().hex[:16],)
         )
+        self._record_profiles(self._profiles_of(self.machines()))
 
     def close(self) -> None:
         self._db.close()
@@ -253,9 +266,16 @@ class MeasurementStore:
 
     def put(self, measurements: Iterable[Measurement], claimed_by: ClaimOwner | None = None) -> int:
         """Store measurements in one transaction, releasing `claimed_by`'s claims on them;
-        returns how many rows were new."""
+        returns how many rows were new. The profile of a machine the store has no record of
+        is recorded with its first rows: this machine's (measured once if not yet cached,
+        `measure.profile`) or a known machine's."""
+        measurements = list(measurements)
+        profiles = self._profiles_to_record(
+            {m.fingerprint["machine"]["machine_id"] for m in measurements}
+        )
         new = 0
         with self._transaction():
+            self._record_profiles(profiles)
             for m in measurements:
                 new += self._upsert(m)
                 if claimed_by is not None:
@@ -265,6 +285,52 @@ class MeasurementStore:
                         (*_key(m), claimed_by.token),
                     )
         return new
+
+    # -- machines: the profile of each machine whose rows the store holds
+    def record_machine(self, profile: MachineProfile) -> bool:
+        """Record a machine's profile unless the store has one already (a machine's profile
+        never changes once recorded: its features stay the same); returns whether it did."""
+        with self._transaction():
+            return bool(self._record_profiles([profile]))
+
+    def machine_profiles(self) -> dict[str, MachineProfile]:
+        """The recorded profiles, by machine id."""
+        return {
+            r["machine_id"]: MachineProfile.from_json(json.loads(r["profile"]))
+            for r in self._db.execute("SELECT machine_id, profile FROM machines")
+        }
+
+    def _record_profiles(self, profiles: Iterable[MachineProfile]) -> int:
+        """Inside a transaction: record the profiles of machines without one; how many."""
+        added = 0
+        for p in profiles:
+            added += self._db.execute(
+                "INSERT OR IGNORE INTO machines VALUES (?, ?, ?)",
+                (p.machine_id, json.dumps(p.to_json(), sort_keys=True), time.time()),
+            ).rowcount
+        return added
+
+    def _profiles_of(self, machine_ids: set[str]) -> list[MachineProfile]:
+        """The profiles of these machines that the store records or that are known without
+        measuring (shipped, or this machine's cached one), by id."""
+        known = {**known_profiles(), **self.machine_profiles()}
+        here = this_machine_profile(measure=False)
+        if here is not None:
+            known.setdefault(here.machine_id, here)
+        return [known[m] for m in sorted(machine_ids) if m in known]
+
+    def _profiles_to_record(self, machine_ids: set[str]) -> list[MachineProfile]:
+        """Profiles of these machines that the store lacks and that are known: this machine's
+        (measured if not cached) and the shipped ones."""
+        recorded = {r[0] for r in self._db.execute("SELECT machine_id FROM machines").fetchall()}
+        here = machine_fingerprint()["machine_id"]
+        found = []
+        for machine_id in sorted(machine_ids - recorded):
+            if machine_id == here:
+                found.append(this_machine_profile())
+            elif machine_id in known_profiles():
+                found.append(known_profiles()[machine_id])
+        return found
 
     # -- claims: jobs measuring into one store share the work
     def claim(
@@ -493,7 +559,8 @@ class MeasurementStore:
         its strongest level; `schedule_hash` is left out, as `Schedule.loads(schedule).hash`
         gives it back (`import_parquet` does so), and it is the one incompressible column.
         `provenance` holds each row's shares by origin but its lineage's (`Share`), so that
-        importing the file again, or a later export, adds only what is new."""
+        importing the file again, or a later export, adds only what is new. The schema's
+        metadata (`PROFILES_KEY`) holds the profiles of the rows' machines."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -515,6 +582,10 @@ class MeasurementStore:
             _provenance(r, self._shares(r, recorded.get(r["id"], {}))) for r in rows
         ]
         table = pa.table(columns)
+        profiles = self._profiles_of(set(columns["machine_id"]))
+        table = table.replace_schema_metadata(
+            {PROFILES_KEY: json.dumps([p.to_json() for p in profiles], sort_keys=True)}
+        )
         floats = [f.name for f in table.schema if pa.types.is_floating(f.type)]
         pq.write_table(
             table,
@@ -542,6 +613,9 @@ class MeasurementStore:
         whatever the store already holds, and then sit beside this machine's rows under their
         own machine id: nothing reads them unless asked for that machine by name.
 
+        The machines' profiles come with the rows: the file's (`export_parquet`), else known
+        ones; a profile the store has recorded stays as it is.
+
         A row brings only what its origins have beyond what the store holds of them, their
         newest samples. The limit: a store of schema 1 recorded no origins, so the rows it
         merged from an import count as its own (again, beside the file they came from), and
@@ -552,7 +626,12 @@ class MeasurementStore:
         from mlirrl_jax import integrity
 
         integrity.verify_file(path, "export it again (`mlirrl-jax store export`)")
-        records = pq.read_table(str(path)).to_pylist()
+        read = pq.read_table(str(path))
+        records = read.to_pylist()
+        given_profiles = {
+            p["machine_id"]: MachineProfile.from_json(p)
+            for p in json.loads((read.schema.metadata or {}).get(PROFILES_KEY, b"[]"))
+        }
         for r in records:  # compact exports leave the derivable schedule hash out
             if r.get("schedule_hash") is None:
                 r["schedule_hash"] = Schedule.loads(r["schedule"]).hash
@@ -568,7 +647,13 @@ class MeasurementStore:
                 "from Python) to keep them beside this machine's rows, under their own id"
             )
         report = ImportReport()
+        imported = {r["machine_id"] for r in records}
+        # the file's profiles; a machine it gives none of (an export of schema 2) gets a known
+        # one, if any
+        profiles = [given_profiles[m] for m in sorted(imported & set(given_profiles))]
+        profiles += self._profiles_to_record(imported - set(given_profiles))
         with self._transaction():
+            self._record_profiles(profiles)
             for r in records:
                 self._db.execute(
                     "INSERT OR IGNORE INTO programs VALUES (?, ?, ?, ?, ?)",

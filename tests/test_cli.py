@@ -67,3 +67,28 @@ def test_demo_refuses_a_folder_that_holds_an_agent_run(tmp_path, capsys):
     (tmp_path / "agent" / "checkpoints").mkdir(parents=True)
     assert main(["demo", "--out", str(tmp_path)]) == 2
     assert "already holds an agent run" in capsys.readouterr().err
+
+
+def test_optimize_goes_on_when_the_unscheduled_run_is_over_the_limit(tmp_path, capsys, monkeypatch):
+    from mlirrl_jax.measure.refcache import CACHE_ENV
+    from mlirrl_jax.programs import generate as g
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "reference"))
+    kernel = tmp_path / "mm768.mlir"  # unscheduled ~0.8 s a run, six runs; scheduled ~15 ms
+    kernel.write_text(g.render(g.MatmulSpec(768, 768, 768)))
+    out = tmp_path / "out"
+    code = main(["optimize", str(kernel), "--out", str(out), "--budget", "2", "--timeout", "1.5"])
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["baseline_ms"] is None and summary["speedup"] is None
+    assert "exceeded the 1.5 s limit" in summary["baseline_note"]
+    assert summary["verified"] and summary["best_ms"] < 1500
+    ranking = summary["ranking"]
+    assert [r["ms"] for r in ranking] == sorted(r["ms"] for r in ranking)
+    assert ranking[0]["source"] == summary["best_source"] and ranking[0]["over_best"] == 1
+    assert all(r["speedup"] is None for r in ranking)
+    rows = [json.loads(line) for line in (out / "measurements.jsonl").read_text().splitlines()]
+    assert rows[0]["source"] == "unscheduled" and rows[0]["status"] == "timeout"
+    assert rows[0]["error"].startswith("kernel run (verify and timing) not done within 1.5 s")
+    assert "unscheduled over the 1.5 s limit" in printed.out

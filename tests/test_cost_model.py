@@ -453,3 +453,20 @@ def test_training_chunks_run_over_the_op_slots_their_programs_need(model, datase
             apply(trained.graphdef, trained.params, whole),
             atol=1e-5,
         ), slots
+
+
+def test_ensemble_members_draw_batches_from_their_own_bootstrap_of_the_programs(dataset):
+    from cost_model.train import _batches
+
+    def programs_seen(member: int, bootstrap: bool) -> set[int]:
+        rng = np.random.default_rng([SMALL.seed, member])
+        batches = _batches(dataset, SMALL, rng, 200, bootstrap)
+        return {int(p) for rows in batches for p in dataset.program[rows]}
+
+    every = set(np.unique(dataset.program).tolist())
+    assert programs_seen(0, bootstrap=False) == every  # a single network sees them all
+    resampled = [programs_seen(m, bootstrap=True) for m in range(4)]
+    assert all(seen <= every for seen in resampled)
+    # a resample of n programs leaves about a third out: some member misses some program,
+    # and the members do not all see the same ones
+    assert any(seen < every for seen in resampled) and len({frozenset(s) for s in resampled}) > 1

@@ -14,10 +14,13 @@ import pytest
 
 from mlirrl_jax.cli import main
 from mlirrl_jax.measure.fingerprint import fingerprint
+from mlirrl_jax.measure.profile import this_machine_profile
 from mlirrl_jax.measure.timing import Measurement
 from mlirrl_jax.schedule import Schedule, Transform
 from mlirrl_jax.store import (
     CLAIM_MAX_AGE_S,
+    PROFILES_KEY,
+    SCHEMA_VERSION,
     STORED,
     ClaimOwner,
     ImportReport,
@@ -247,7 +250,7 @@ def test_a_store_of_schema_1_is_migrated_and_imports_its_old_exports_once(store,
             "UPDATE meta SET value='1' WHERE key='schema_version';"
         )
     with MeasurementStore(store.path) as migrated:
-        assert migrated._meta("schema_version") == "2" and migrated.store_id
+        assert migrated._meta("schema_version") == str(SCHEMA_VERSION) and migrated.store_id
         assert every_row(migrated.path) == before
         assert migrated.import_parquet(old_export) == ImportReport(skipped=1)
         migrated.put([measurement(matmul, median=3e-3)])
@@ -256,6 +259,45 @@ def test_a_store_of_schema_1_is_migrated_and_imports_its_old_exports_once(store,
         assert reader.import_parquet(old_export) == ImportReport(new=1)
         assert reader.import_parquet(exported) == ImportReport(merged=1)  # only the third
         assert statistics_of(reader, matmul) == (3, 0, [1e-3, 2e-3, 3e-3], 2e-3)
+
+
+def test_machine_profiles_travel_with_exports(store, matmul, tmp_path):
+    store.put([measurement(matmul)])  # the first rows of this machine record its profile
+    assert store.machine_profiles() == {machine(): this_machine_profile()}
+    path = tmp_path / "export.parquet"
+    store.export_parquet(path)
+    given = json.loads(pq.read_schema(path).metadata[PROFILES_KEY])
+    assert given == [this_machine_profile().to_json()]
+    with MeasurementStore(tmp_path / "other.db") as other:
+        other.import_parquet(path)
+        assert other.machine_profiles() == store.machine_profiles()
+    # another machine's export brings that machine's profile, which its rows keep
+    table = pq.read_table(path)
+    table = table.set_column(
+        table.column_names.index("machine_id"), "machine_id", [["elsewhere"] * table.num_rows]
+    )
+    theirs = dataclasses.replace(this_machine_profile(), machine_id="elsewhere", cores=64)
+    table = table.replace_schema_metadata({PROFILES_KEY: json.dumps([theirs.to_json()])})
+    pq.write_table(table, tmp_path / "foreign.parquet")
+    store.import_parquet(tmp_path / "foreign.parquet", allow_other_machines=True)
+    assert store.machine_profiles() == {machine(): this_machine_profile(), "elsewhere": theirs}
+    # a profile once recorded stays: the features of a machine's rows never move
+    assert not store.record_machine(dataclasses.replace(theirs, cores=8))
+    assert store.machine_profiles()["elsewhere"].cores == 64
+
+
+def test_a_store_of_schema_2_opens_and_records_its_machines(store, matmul):
+    store.put([measurement(matmul)])
+    before = every_row(store.path)
+    store.close()
+    with sqlite3.connect(store.path) as db:  # the store as schema 2 left it
+        db.executescript(
+            "DROP TABLE machines; UPDATE meta SET value='2' WHERE key='schema_version';"
+        )
+    with MeasurementStore(store.path) as migrated:
+        assert migrated._meta("schema_version") == str(SCHEMA_VERSION)
+        assert every_row(migrated.path) == before
+        assert migrated.machine_profiles() == {machine(): this_machine_profile()}
 
 
 def dead_pid() -> int:

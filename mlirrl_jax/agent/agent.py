@@ -22,6 +22,7 @@ from mlirrl_jax.agent.networks import abstract
 from mlirrl_jax.agent.surrogate import Surrogate, load_surrogate
 from mlirrl_jax.agent.train import AgentConfig, make_env
 from mlirrl_jax.env.replay import replay
+from mlirrl_jax.env.state import encode_programs
 from mlirrl_jax.programs.ir import Program, load_program
 from mlirrl_jax.schedule import Schedule
 
@@ -79,8 +80,10 @@ class Agent:
         return cls(config, params, surrogate)
 
     def evaluator(self, programs: list[Program]) -> Evaluator:
-        """Episode runners and scores on these programs (reusable across calls)."""
-        return Evaluator(self.env, programs, self.graphdef)
+        """Episode runners and scores on these programs (reusable across calls), on this
+        machine at the surrogate's thread count."""
+        table = encode_programs(programs, threads=self.surrogate.threads)
+        return Evaluator(self.env, programs, self.graphdef, table)
 
     def scored_schedules(
         self,

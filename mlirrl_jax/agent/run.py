@@ -218,7 +218,7 @@ def run_training(
     test_programs = load_programs(TEST, chosen_suites, progress) if config.eval_every else []
     if config.eval_every and not test_programs:
         say(f"the suites {list(chosen_suites)} have no test programs: no evaluation")
-    table = encode_programs(train_programs)
+    table = encode_programs(train_programs, threads=surrogate.threads)
     trainer = make_train(config, surrogate.model, table, np.arange(len(train_programs)))
     steps_per_iteration = config.envs * config.steps
     trained_s = meta.get("trained_seconds", 0.0)
@@ -236,7 +236,16 @@ def run_training(
             if (out / "summary.json").is_file()
             else {}
         )
-    evaluator = Evaluator(trainer.env, test_programs, trainer.graphdef) if test_programs else None
+    evaluator = (
+        Evaluator(
+            trainer.env,
+            test_programs,
+            trainer.graphdef,
+            encode_programs(test_programs, threads=surrogate.threads),
+        )
+        if test_programs
+        else None
+    )
     test_reward = evaluator.prepare(surrogate.params) if evaluator else None
     say(
         f"{len(train_programs)} train programs, {len(test_programs)} test programs; "

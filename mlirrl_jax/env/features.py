@@ -11,11 +11,21 @@ import jax.numpy as jnp
 from flax import struct
 
 from mlirrl_jax.actions import MAX_LOOPS, MAX_TILE_LEVELS
-from mlirrl_jax.env.state import ARITH_KINDS, MAX_OPERANDS, OP_KINDS, EnvState, ProgramTable
+from mlirrl_jax.env.state import (
+    ARITH_KINDS,
+    MACHINE_FIELDS,
+    MAX_OPERANDS,
+    OP_KINDS,
+    EnvState,
+    ProgramTable,
+)
 
 # valid, reduction, log extent, window out/in, access, stride and its alignment per operand
 STATIC_LOOP_FEATURES = 5 + 3 * MAX_OPERANDS
-STATIC_OP_FEATURES = len(OP_KINDS) + len(ARITH_KINDS) + 4  # kind, body ops, valid, sizes
+# per op, the machine it runs on and its threads (`machine_features`), the same for every op
+MACHINE_FEATURES = 8
+# kind, body ops, valid, sizes, the machine
+STATIC_OP_FEATURES = len(OP_KINDS) + len(ARITH_KINDS) + 4 + MACHINE_FEATURES
 LOOP_FEATURES = STATIC_LOOP_FEATURES + 4 + MAX_TILE_LEVELS
 N_LEVELS = 2 + MAX_TILE_LEVELS  # whole op, parallel tile, each tiling level (innermost last)
 N_NEST = 4  # innermost loops of the whole generated loop nest described
@@ -65,6 +75,30 @@ def stride_features(stride: jax.Array) -> jax.Array:
     )
 
 
+def machine_features(table: ProgramTable) -> jax.Array:
+    """(P, MACHINE_FEATURES): each program's machine and threads, log2-scaled to about [0, 1]:
+    one core's FMA peak, one thread's bandwidth, vector lanes, L1d, L2 and L3 bytes, cores,
+    threads per kernel."""
+    figure = dict(zip(MACHINE_FIELDS, jnp.moveaxis(table.machine, -1, 0)))
+
+    def scaled(x, scale: float) -> jax.Array:
+        return jnp.where(x > 0, jnp.log2(jnp.maximum(x, 1.0)), 0.0) / scale
+
+    return jnp.stack(
+        [
+            scaled(figure["fma_peak_gflops"], 10.0),
+            scaled(figure["bandwidth_gbs"], 8.0),
+            scaled(table.vector_lanes.astype(jnp.float32), 5.0),
+            scaled(figure["l1d_bytes"], 32.0),
+            scaled(figure["l2_bytes"], 32.0),
+            scaled(figure["l3_bytes"], 32.0),
+            scaled(figure["cores"], 8.0),
+            scaled(table.threads.astype(jnp.float32), 8.0),
+        ],
+        axis=-1,
+    ).astype(jnp.float32)
+
+
 def static_features(table: ProgramTable) -> tuple[jax.Array, jax.Array]:
     """The per-program part of the features, computed once when programs are encoded:
     (P, MAX_OPS, STATIC_OP_FEATURES) and (P, MAX_OPS, MAX_LOOPS, STATIC_LOOP_FEATURES)."""
@@ -95,6 +129,9 @@ def static_features(table: ProgramTable) -> tuple[jax.Array, jax.Array]:
             (jnp.log2(points) / 32.0)[..., None],
             (jnp.log2(work) / 32.0)[..., None],
             (jnp.log2(table.operand_bytes.sum(axis=-1) + 1.0) / 32.0)[..., None],
+            jnp.broadcast_to(
+                machine_features(table)[:, None, :], (*table.op_valid.shape, MACHINE_FEATURES)
+            ),
         ],
         axis=-1,
     ).astype(jnp.float32)

@@ -7,13 +7,15 @@ holds one environment's schedule so far; it has no Python objects.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
 from mlirrl_jax.actions import MAX_LOOPS, MAX_OPS, MAX_TILE_LEVELS, N_TILE_CHOICES, tile_candidates
-from mlirrl_jax.measure.fingerprint import vector_lanes
+from mlirrl_jax.measure.profile import MachineProfile, this_machine_profile
 from mlirrl_jax.programs.ir import Program
 from mlirrl_jax.transform import packable_inputs, window_loops
 
@@ -32,6 +34,10 @@ ARITH_KINDS = ("add", "sub", "mul", "div", "exp", "max", "math", "other")
 MAX_OPERANDS = 4
 # access codes per (operand, loop): how a loop walks an operand
 NOT_USED, STRIDED, CONTIGUOUS = 0, 1, 2
+
+
+# the machine profile's figures a table holds per program (`measure.profile.MachineProfile`)
+MACHINE_FIELDS = ("fma_peak_gflops", "bandwidth_gbs", "l1d_bytes", "l2_bytes", "l3_bytes", "cores")
 
 
 class EncodingError(ValueError):
@@ -60,6 +66,8 @@ class ProgramTable:
     stride: jax.Array  # (P, MAX_OPS, MAX_OPERANDS, MAX_LOOPS) float32: bytes a loop step moves
     packable: jax.Array  # (P, MAX_OPS) bool: `pack` applies (transform.packable_inputs)
     vector_lanes: jax.Array  # (P,) int32: f32 lanes of the vectors the candidates are made for
+    machine: jax.Array  # (P, len(MACHINE_FIELDS)) float32: the profile of the machine it runs on
+    threads: jax.Array  # (P,) int32: threads per kernel
     static_op: jax.Array | None = None  # (P, MAX_OPS, STATIC_OP_FEATURES) float32
     static_loop: jax.Array | None = None  # (P, MAX_OPS, MAX_LOOPS, STATIC_LOOP_FEATURES) float32
     op_slots: int = struct.field(pytree_node=False, default=MAX_OPS)  # most ops of its programs
@@ -87,7 +95,9 @@ def check_fits(program: Program) -> None:
             raise EncodingError(f"{where}: {len(op.operands)} operands, at most {MAX_OPERANDS}")
 
 
-def _encode_one(program: Program, lanes: int | None) -> dict[str, np.ndarray]:
+def _encode_one(
+    program: Program, lanes: int, machine: MachineProfile, threads: int
+) -> dict[str, np.ndarray]:
     check_fits(program)
     row = {
         "n_ops": np.int32(len(program.ops)),
@@ -107,7 +117,9 @@ def _encode_one(program: Program, lanes: int | None) -> dict[str, np.ndarray]:
         "operand_is_output": np.zeros((MAX_OPS, MAX_OPERANDS), bool),
         "stride": np.zeros((MAX_OPS, MAX_OPERANDS, MAX_LOOPS), np.float32),
         "packable": np.zeros(MAX_OPS, bool),
-        "vector_lanes": np.int32(vector_lanes() if lanes is None else lanes),
+        "vector_lanes": np.int32(lanes),
+        "machine": np.array([getattr(machine, f) for f in MACHINE_FIELDS], np.float32),
+        "threads": np.int32(threads),
     }
     for op in program.ops:
         i = op.id
@@ -145,21 +157,51 @@ def _encode_one(program: Program, lanes: int | None) -> dict[str, np.ndarray]:
     return row
 
 
-def encode_programs(programs: list[Program], lanes: int | None = None) -> ProgramTable:
+def encode_programs(
+    programs: list[Program],
+    lanes: int | Sequence[int] | None = None,
+    machine: MachineProfile | Sequence[MachineProfile] | None = None,
+    threads: int | Sequence[int] = 1,
+) -> ProgramTable:
     """Stack programs into one table (raises EncodingError for a program that does not fit).
+
+    Each of `lanes`, `machine` and `threads` is one value for every program or a sequence of
+    one per program. `machine`: the profile of the machine the programs run on (default:
+    this one's, `measure.profile.this_machine_profile`); `threads`: threads per kernel.
     `lanes`: the vector width (f32) whose whole vectors the tile candidates offer (default:
-    this machine's; a store of another machine's rows is replayed with that machine's)."""
+    the machine's; a store of another machine's rows is replayed with that machine's)."""
     if not programs:
         raise EncodingError("no programs to encode")
     from mlirrl_jax.env.features import static_features
 
-    rows = [_encode_one(p, lanes) for p in programs]
+    if machine is None:
+        machine = this_machine_profile()
+    machines = _per_program(machine, programs, "machine")
+    lanes = [m.vector_lanes for m in machines] if lanes is None else lanes
+    rows = [
+        _encode_one(p, n, m, t)
+        for p, n, m, t in zip(
+            programs,
+            _per_program(lanes, programs, "lanes"),
+            machines,
+            _per_program(threads, programs, "threads"),
+        )
+    ]
     table = ProgramTable(
         **{k: jnp.asarray(np.stack([r[k] for r in rows])) for k in rows[0]},
         op_slots=max(len(p.ops) for p in programs),
     )
     static_op, static_loop = jax.jit(static_features)(table)  # one compile, not one per op
     return table.replace(static_op=static_op, static_loop=static_loop)
+
+
+def _per_program(value, programs: list[Program], name: str) -> list:
+    """`value` for each program: itself repeated, or a sequence of one per program."""
+    if isinstance(value, (list, tuple)):
+        if len(value) != len(programs):
+            raise ValueError(f"{len(value)} {name} values for {len(programs)} programs")
+        return list(value)
+    return [value] * len(programs)
 
 
 # Fields of EnvState that describe the schedule: a function of the Schedule alone
@@ -200,7 +242,8 @@ def trim_table(table: ProgramTable, slots: int) -> ProgramTable:
     if slots == table.extents.shape[1]:
         return table
     cut = jax.tree.map(lambda a: a if a.ndim < 2 else a[:, :slots], table)
-    return cut.replace(op_slots=min(slots, table.op_slots))
+    # the machine's figures are per program, not per op slot
+    return cut.replace(op_slots=min(slots, table.op_slots), machine=table.machine)
 
 
 def slot_sizes(op_slots: int) -> list[int]:
