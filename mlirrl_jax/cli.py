@@ -332,6 +332,8 @@ def cmd_collect(args) -> int:
         **({"per_visit": args.per_visit} if args.per_visit else {}),
         **({"mix": parse_mix(args.mix)} if args.mix else {}),
         agent=Path(args.agent) if args.agent else None,
+        surrogate=Path(args.surrogate) if args.surrogate else None,
+        candidates=args.candidates,
         measure_cpus=args.measure_cpus or (),
         backend=args.backend,
         address=args.address,
@@ -857,9 +859,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--mix",
         help="where schedules come from, with shares: random (masked random episodes), "
         "heuristic (its schedule, then mutations around it), agent (a trained agent's "
-        "samples); default random:0.4,heuristic:0.4,agent:0.2",
+        "samples), uncertain (of --candidates random episodes, the one --surrogate's ensemble "
+        "is least sure of); default random:0.4,heuristic:0.4,agent:0.2",
     )
     p.add_argument("--agent", help="the agent run the agent source samples (default: shipped)")
+    p.add_argument("--surrogate", help="the ensemble the uncertain source asks (members > 1)")
+    p.add_argument(
+        "--candidates",
+        type=POSITIVE_INT,
+        default=16,
+        help="episodes the uncertain source draws per schedule it measures",
+    )
     p.add_argument(
         "--measure-cpus",
         type=_cpu_list,

@@ -44,7 +44,7 @@ from mlirrl_jax.store import STORED, ClaimOwner, MeasurementStore
 
 COMMIT_EVERY_S = 2.0
 BACKENDS = ("local", "ray")
-SOURCES = ("random", "heuristic", "agent")
+SOURCES = ("random", "heuristic", "agent", "uncertain")
 
 
 def parse_mix(text: str) -> tuple[tuple[str, float], ...]:
@@ -92,6 +92,10 @@ class CollectConfig:
     # heuristic's schedule and mutations around it, and a trained agent's samples
     mix: tuple[tuple[str, float], ...] = (("random", 0.4), ("heuristic", 0.4), ("agent", 0.2))
     agent: Path | None = None  # the agent whose samples the "agent" source draws (default: shipped)
+    # the "uncertain" source: of `candidates` random episodes, the schedule this surrogate
+    # ensemble (`ModelConfig.members` > 1) is least sure of, its members' largest spread
+    surrogate: Path | None = None
+    candidates: int = 16
     # schedules drawn for a program before moving on to the next: a worker computes a program's
     # inputs and reference outputs once per visit, not once per schedule
     per_visit: int = 4
@@ -257,6 +261,47 @@ def _ray_backend(config: CollectConfig) -> _Backend:
     return _Backend(measurers, ray.shutdown, lambda: [ray.kill(a) for a in actors])
 
 
+class SpreadChooser:
+    """Active learning: of several drawn schedules of a program, the one a surrogate ensemble
+    is least sure of (the largest spread of its members' predicted log times), predicted for
+    this machine at the job's threads per kernel."""
+
+    def __init__(self, surrogate: Path | None, programs: list[Program], threads: int):
+        from cost_model.api import CostModel
+        from cost_model.dataset import machine_table
+        from mlirrl_jax.measure.profile import this_machine_profile
+
+        if surrogate is None:
+            raise ValueError("the uncertain source needs a surrogate ensemble (--surrogate DIR)")
+        self.model = CostModel.load(surrogate)
+        members = self.model.meta["train"]["model"].get("members", 1)
+        if members < 2:
+            raise ValueError(
+                f"{surrogate}: one network has no spread; the uncertain source needs an "
+                "ensemble (fit-cost-model --members 4)"
+            )
+        self.programs = programs
+        self.table = machine_table(programs, this_machine_profile(), threads)
+
+    def spreads(self, index: int, drawn: list[tuple[Schedule, list]]) -> np.ndarray:
+        """The ensemble's spread of each drawn (schedule, actions) of program `index`."""
+        from cost_model.dataset import featurize
+        from mlirrl_jax.actions import NEXT, encode_action
+        from mlirrl_jax.env.jax_env import MAX_EPISODE_STEPS
+
+        padded = np.tile(encode_action(NEXT), (len(drawn), MAX_EPISODE_STEPS, 1))
+        for row, (_, actions) in enumerate(drawn):
+            if actions:
+                padded[row, : len(actions)] = np.stack(actions)
+        ids = np.full(len(drawn), index, np.int32)
+        states, _ = featurize(self.table, ids, padded.astype(np.int32))
+        _, spread = self.model.predict_with_spread(self.table, states)
+        return np.asarray(spread)
+
+    def most_uncertain(self, index: int, drawn: list[tuple[Schedule, list]]) -> int:
+        return int(np.argmax(self.spreads(index, drawn)))
+
+
 class CollectionJob:
     """Measures sampled schedules until the budget or the time is spent."""
 
@@ -338,6 +383,9 @@ class CollectionJob:
         if "agent" in sources:
             run = self.config.agent or SHIPPED_AGENT
             agent = EpisodeSampler(self.programs, agent_policy(run), deep.table)
+        chooser = None
+        if "uncertain" in sources:
+            chooser = SpreadChooser(self.config.surrogate, self.programs, self.config.threads)
         names = list(sources)
         shares = np.array([sources[n] for n in names]) / sum(sources.values())
         rng = np.random.default_rng(self.config.seed)
@@ -356,6 +404,14 @@ class CollectionJob:
                     source = names[int(rng.choice(len(names), p=shares))]
                     if source == "agent":
                         schedule, _ = agent.schedule(int(index), sub)
+                    elif source == "uncertain":
+                        drawn = [
+                            deep.schedule(int(index), k)
+                            for k in jax.random.split(sub, self.config.candidates)
+                        ]
+                        known = self._known[self.programs[index].hash]
+                        drawn = [d for d in drawn if d[0].hash not in known] or drawn
+                        schedule = drawn[chooser.most_uncertain(int(index), drawn)][0]
                     elif source == "heuristic":
                         schedule, reference = self._heuristic(heuristic, int(index))
                         if schedule.hash in self._known[self.programs[index].hash]:

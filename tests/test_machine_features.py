@@ -288,3 +288,50 @@ def test_a_version_4_network_loads_and_reads_no_machine(one_program):
     a = old.predict(machine_table([program], machine, 1), states)
     b = old.predict(machine_table([program], MachineProfile.from_json(other), 2), states)
     assert np.allclose(a, b, atol=1e-6)
+
+
+def test_the_uncertain_source_picks_what_the_ensemble_is_least_sure_of(fit_run, tmp_path):
+    from cost_model.dataset import featurize, padded_actions
+    from mlirrl_jax.collect import CollectConfig, CollectionJob, SpreadChooser
+    from mlirrl_jax.shipped import SHIPPED_SURROGATE
+
+    programs = [load_program(u) for u in MEASURED_HERE]
+    chooser = SpreadChooser(fit_run / "model", programs, threads=2)
+    sampler = EpisodeSampler(programs, random_policy(0.25))
+    drawn = [sampler.schedule(1, k) for k in jax.random.split(jax.random.PRNGKey(3), 8)]
+    spreads = chooser.spreads(1, drawn)
+    assert np.all(spreads > 0) and np.ptp(spreads) > 0
+    assert chooser.most_uncertain(1, drawn) == int(np.argmax(spreads))
+    # the same spreads from the schedules alone, replayed into states as a dataset is
+    lanes = vector_lanes()
+    actions = np.stack([padded_actions(programs[1], s, lanes) for s, _ in drawn])
+    states, _ = featurize(chooser.table, np.full(len(drawn), 1, np.int32), actions)
+    _, again = chooser.model.predict_with_spread(chooser.table, states)
+    assert np.allclose(spreads, again, atol=1e-5)
+    # a job of that source alone measures such picks
+    config = CollectConfig(
+        store=tmp_path / "u.db",
+        budget=1,
+        programs=tuple(MEASURED_HERE),
+        baselines_of=("train",),
+        mix=(("uncertain", 1.0),),
+        surrogate=fit_run / "model",
+        candidates=4,
+        threads=2,
+        progress=False,
+    )
+    job = CollectionJob(config)
+    try:
+        tasks = job.tasks()
+        for _ in job.programs:
+            assert next(tasks).schedule.is_empty
+        picks = [next(tasks) for _ in range(3)]
+        assert all(not t.schedule.is_empty for t in picks)
+    finally:
+        job.store.close()
+    for surrogate, words in [
+        (None, "needs a surrogate ensemble"),
+        (SHIPPED_SURROGATE, "no spread"),
+    ]:
+        with pytest.raises(ValueError, match=words):
+            SpreadChooser(surrogate, programs, threads=1)
