@@ -24,7 +24,7 @@ from mlirrl_jax.env.jax_env import (
     sample_action,
     transition,
 )
-from mlirrl_jax.env.replay import schedule_to_actions
+from mlirrl_jax.env.replay import schedule_to_actions, state_of_schedule
 from mlirrl_jax.env.state import EnvState, ProgramTable, encode_programs, initial_state
 from mlirrl_jax.measure.profile import MachineProfile, profile_of
 from mlirrl_jax.programs import suites
@@ -47,7 +47,7 @@ class Dataset:
     programs: list[Program]
     families: list[str]  # per program: model family of the suite, "user" otherwise
     table: ProgramTable
-    skipped: int = 0  # stored rows whose schedule is not expressible in the action space
+    skipped: int = 0  # stored rows whose schedule no state of the environment describes
     schedule_hash: np.ndarray | None = None  # (N,) str: the stored rows' schedule hashes
     machines: list[str] = field(default_factory=list)  # per table row: its machine's id
     threads: list[int] = field(default_factory=list)  # per table row: threads per kernel
@@ -127,6 +127,16 @@ def map_in_chunks(fn, *trees, size: int = 1024, progress: str | None = None):
 def _featurize_chunk(table: ProgramTable, ids, actions):
     states = jax.vmap(run_actions, in_axes=(None, 0, 0))(table, ids, actions)
     return states, jax.vmap(features, in_axes=(None, 0))(table, states)
+
+
+@jax.jit
+def _features_of_states(table: ProgramTable, states: EnvState) -> Features:
+    return jax.vmap(features, in_axes=(None, 0))(table, states)
+
+
+def featurize_states(table: ProgramTable, states: EnvState) -> Features:
+    """The features of given states (batched, jitted once per table shape)."""
+    return map_in_chunks(functools.partial(_features_of_states, table), states)
 
 
 def featurize(
@@ -255,6 +265,7 @@ def load_dataset(
             row_machines.append(machine)
             row_threads.append(count)
     kept, ids, actions, skipped = [], [], [], 0
+    exact, exact_states = [], []  # rows whose schedule only a state describes (its tile sizes)
     for machine, count, rows in groups:
         # the candidates the measuring machine's environment offered: its vector width
         lanes = profiles[machine].vector_lanes
@@ -264,7 +275,15 @@ def load_dataset(
                 schedule = Schedule.from_json(r["schedule"])
                 actions.append(padded_actions(row_programs[row], schedule, lanes))
             except ScheduleError:
-                skipped += 1
+                # tile sizes off the candidates (the heuristic's, a user's): the state the
+                # whole schedule describes, read as any state is
+                try:
+                    state = state_of_schedule(row_programs[row], schedule)
+                except (ScheduleError, ValueError, IndexError, KeyError):
+                    skipped += 1
+                    continue
+                exact.append(r)
+                exact_states.append(state.to_env_state(row))
                 continue
             kept.append(r)
             ids.append(row)
@@ -272,7 +291,20 @@ def load_dataset(
         row_programs, machine=[profiles[m] for m in row_machines], threads=row_threads
     )
     ids = np.array(ids, np.int32)
-    states, feats = featurize(table, ids, np.stack(actions).astype(np.int32))
+    if actions:
+        states, feats = featurize(table, ids, np.stack(actions).astype(np.int32))
+    if exact:
+        stacked = jax.tree.map(lambda *leaves: np.stack(leaves), *exact_states)
+        more = (stacked, featurize_states(table, stacked))
+        states, feats = (
+            more
+            if not actions
+            else jax.tree.map(lambda a, b: np.concatenate([a, b]), (states, feats), more)
+        )
+        kept += exact
+        ids = np.concatenate([ids, np.array([int(s.program) for s in exact_states], np.int32)])
+    if not kept:
+        raise ValueError(f"{store.path}: no stored schedule of these rows could be read")
     return Dataset(
         states=states,
         features=feats,

@@ -123,7 +123,7 @@ def fit_and_report(
     print(
         f"{len(data)} verified measurements of {distinct(range(len(data.programs)))} programs "
         f"on {', '.join(machines)} at {', '.join(map(str, thread_counts))} thread(s) "
-        f"({data.skipped} not expressible as actions); training on {len(train)} rows of "
+        f"({data.skipped} unreadable as a state of the environment); training on {len(train)} rows of "
         f"{distinct(trained_on)} train-split programs, evaluating on {len(test)} rows of "
         f"{distinct(held)} surrogate-validation programs; {excluded} rows of "
         f"{distinct(programs_in_split(data, TEST))} test-split programs left out",

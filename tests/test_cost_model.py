@@ -470,3 +470,30 @@ def test_ensemble_members_draw_batches_from_their_own_bootstrap_of_the_programs(
     # a resample of n programs leaves about a third out: some member misses some program,
     # and the members do not all see the same ones
     assert any(seen < every for seen in resampled) and len({frozenset(s) for s in resampled}) > 1
+
+
+def test_a_schedule_off_the_action_space_is_read_as_the_state_it_describes(tmp_path):
+    """The heuristic's tile sizes are often no candidate of the action space (here a tile as
+    large as its loop): its measured row is featurized from the state the whole schedule
+    describes, not dropped."""
+    from mlirrl_jax.env.replay import state_of_schedule
+    from mlirrl_jax.heuristics import heuristic_schedule
+    from mlirrl_jax.measure.runner import Runner
+    from mlirrl_jax.programs.ir import load_program
+    from mlirrl_jax.schedule import Schedule, ScheduleError
+
+    program = load_program("suite://dl-v0/lqcd_su3_mul_l8x8")
+    schedule = heuristic_schedule(program)
+    with pytest.raises(ScheduleError):
+        schedule_to_actions(program, schedule)
+    with Runner() as runner, MeasurementStore(tmp_path / "s.db") as store:
+        store.add_programs([program])
+        store.put([runner.measure(program, Schedule()), runner.measure(program, schedule)])
+        data = load_dataset(store, machine_fingerprint()["machine_id"])
+    assert len(data) == 2 and data.skipped == 0
+    row = int(np.flatnonzero(data.schedule_hash == schedule.hash)[0])
+    expected = state_of_schedule(program, schedule).to_env_state(int(data.program[row]))
+    for name in ("tile_sizes", "parallel_sizes", "vectorized", "order"):
+        assert np.array_equal(getattr(data.states, name)[row], getattr(expected, name)), name
+    assert np.all(np.isfinite(predict_dataset(AnalyticModel(), data)))
+    assert not np.allclose(data.features.loop_features[0], data.features.loop_features[1])
