@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from mlirrl_jax.actions import ACTION_SPACE_VERSION
 from mlirrl_jax.measure.fingerprint import machine_fingerprint
 from mlirrl_jax.measure.profile import MachineProfile, known_profiles, this_machine_profile
 from mlirrl_jax.measure.timing import Measurement
@@ -518,6 +519,20 @@ class MeasurementStore:
         sampled = {r["program_hash"] for r in verified if r["schedule"]["ops"]}
         methods = {json.dumps(r["method"], sort_keys=True) for r in rows}
         first, last = min(r["created_at"] for r in rows), max(r["updated_at"] for r in rows)
+        counts: dict[int, int] = {}
+        for r in verified:
+            counts[r["threads"]] = counts.get(r["threads"], 0) + 1
+        by_threads = ", ".join(f"{t}: {n} verified rows" for t, n in sorted(counts.items()))
+        recorded = self.machine_profiles().get(machine_id)
+        profile = (
+            "not recorded"
+            if recorded is None
+            else ", ".join(
+                f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                for k, v in recorded.to_json().items()
+                if k not in ("machine_id", "sources")
+            )
+        )
         day = lambda t: time.strftime("%Y-%m-%d %H:%M", time.gmtime(t))  # noqa: E731
         return "\n".join(
             [
@@ -535,6 +550,10 @@ class MeasurementStore:
                 f"| rows | {len(rows)}: {', '.join(f'{k} {v}' for k, v in sorted(statuses.items()))} |",
                 f"| verified | {len(verified)} over {len(programs)} programs; {baselines} baselines; "
                 f"sampled schedules on {len(sampled)} programs |",
+                f"| threads per kernel | {by_threads} |",
+                f"| action space | version {ACTION_SPACE_VERSION} (of the code that wrote this card; "
+                "rows measured earlier may use a subset of it) |",
+                f"| machine profile | {profile} |",
                 f"| timing method | {'; '.join(sorted(methods))} |",
                 "",
                 f"Collected with: `{command}`",

@@ -227,6 +227,9 @@ def _measure_plan(
         "flops": p.program.flops,
         "kernel_measurements": len(measured) + (1 if threads == config.threads[0] else 0),
         "failed": sorted({m.status for m in measured.values() if not m.ok}),
+        # candidate schedules that timed out, crashed or computed a wrong output: recorded
+        # results, by reason, shown in the report's table
+        "failed_counts": _counts(m.status for m in measured.values() if not m.ok),
         "unverified": sum(1 for m in measured.values() if m.ok and not m.verified),
         "methods": {"unscheduled": _entry(base, 0, None)},
     }
@@ -589,6 +592,13 @@ def _agents_line(summary: dict) -> str:
     return "; ".join(parts)
 
 
+def _counts(items) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[item] = counts.get(item, 0) + 1
+    return dict(sorted(counts.items()))
+
+
 def format_validation(rows: list[dict], summary: dict, config: ValidationConfig, paths) -> str:
     """Markdown: per thread count, each program's speedups per method, then the geomeans,
     the agent against the baselines, per op kind against XLA, and replay commands."""
@@ -600,7 +610,9 @@ def format_validation(rows: list[dict], summary: dict, config: ValidationConfig,
         f"k = {k}: the agent's top-k, random search with k and {k * config.random_factor} real "
         f"measurements, the surrogate's top-k of {config.guided_samples} random schedules. Speedups "
         "are over the unscheduled program measured in the same run (one thread); every kernel "
-        "output verified against the reference; '-' where a method had no verified result.",
+        "output verified against the reference; '-' where a method had no verified result. A "
+        "candidate that timed out, crashed or computed a wrong output is a recorded result, "
+        "counted in the last column.",
     ]
     if summary.get("peak_gflops_one_core"):
         lines.append(
@@ -614,16 +626,19 @@ def format_validation(rows: list[dict], summary: dict, config: ValidationConfig,
             "",
             f"## {threads} thread(s): {entry['programs']} programs",
             "",
-            "| program | kind | unscheduled ms | " + " | ".join(LABELS[n] for n in names) + " |",
-            "|---|---|---|" + "---|" * len(names),
+            "| program | kind | unscheduled ms | "
+            + " | ".join(LABELS[n] for n in names)
+            + " | candidates failed |",
+            "|---|---|---|" + "---|" * len(names) + "---|",
         ]
         for r in group:
             s = speedups(r)
+            failed = r.get("failed_counts") or {f: "" for f in r.get("failed", [])}
             lines.append(
                 f"| {r['program'].split('/')[-1]} | {r['kind']} | "
                 f"{_f(r['methods']['unscheduled']['ms'], '.3f')} | "
                 + " | ".join(_f(s.get(n), ".2f") + ("x" if s.get(n) else "") for n in names)
-                + " |"
+                + f" | {', '.join(f'{k} {v}'.strip() for k, v in failed.items()) or '-'} |"
             )
         m = entry["methods"]
         lines += [

@@ -72,6 +72,20 @@ def test_validation_measures_every_method_on_every_program(validated):
     assert saved["summary"]["machine_id"] and len(saved["rows"]) == 2
 
 
+def test_the_report_counts_failed_candidates_beside_the_speedups(validated):
+    from mlirrl_jax.validation import format_validation
+
+    out, rows, summary, v = validated
+    assert all(r["failed_counts"] == {} for r in rows)
+    lines = (out / "validation.md").read_text().splitlines()
+    assert any(line.endswith("| candidates failed |") for line in lines)
+    # a candidate that timed out is a result of the run, counted in its program's row
+    timed_out = [{**rows[0], "failed": ["timeout"], "failed_counts": {"timeout": 1}}, rows[1]]
+    text = format_validation(timed_out, summary, v.config, {})
+    row = next(line for line in text.splitlines() if line.startswith("| matmul |"))
+    assert row.endswith("| timeout 1 |") and "x |" in row
+
+
 def test_validation_schedules_replay_with_measure(validated, capsys):
     out, rows, _, _ = validated
     path = out / "validation" / "schedules" / "mm_bias_relu" / "agent_topk-t1.json"
