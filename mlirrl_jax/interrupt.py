@@ -5,7 +5,8 @@ that is a gc callback (JAX registers one that frees XLA buffers), the exception 
 dropped, and a collection job interrupted during its start-up ran on to its end. Inside
 `stop_on_ctrl_c()`, SIGINT also sets a flag that `check_stop()` turns into a KeyboardInterrupt
 again at a job's safe points (between tasks, after start-up): a swallowed one only delays the
-stop until the next of them.
+stop until the next of them. In such a callback (JAX's gc callback, a `__del__`) the handler
+only sets the flag: raising there would print a traceback and be dropped anyway.
 """
 
 from __future__ import annotations
@@ -18,9 +19,22 @@ from collections.abc import Iterator
 _stop = threading.Event()
 
 
+# functions in which an exception is printed as "Exception ignored" and dropped
+_SWALLOWED = frozenset({"_xla_gc_callback", "__del__"})
+
+
+def _in_swallowing_callback(frame, depth: int = 8) -> bool:
+    while frame is not None and depth:
+        if frame.f_code.co_name in _SWALLOWED:
+            return True
+        frame, depth = frame.f_back, depth - 1
+    return False
+
+
 def _on_sigint(signum, frame) -> None:
     _stop.set()
-    raise KeyboardInterrupt
+    if not _in_swallowing_callback(frame):
+        raise KeyboardInterrupt
 
 
 @contextlib.contextmanager
