@@ -367,7 +367,7 @@ def cmd_store(args) -> int:
         if args.action == "summary":
             print(json.dumps(store.summary(), indent=1))
         elif args.action == "export":
-            print(f"exported {store.export_parquet(args.file)} rows to {args.file}")
+            print(f"exported {store.export_parquet(args.file, args.machine)} rows to {args.file}")
         elif args.action == "import":
             done = store.import_parquet(args.file, allow_other_machines=args.allow_other_machines)
             print(
@@ -891,7 +891,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("store", help="summarize, export or import a measurement store")
     p.add_argument("action", choices=["summary", "export", "import", "card"])
     p.add_argument("file", nargs="?", help="Parquet file (export/import), Markdown file (card)")
-    p.add_argument("--machine", help="machine id for the card (default: this one)")
+    p.add_argument(
+        "--machine", help="machine id: of the card (default: this one), of an export (default: all)"
+    )
     p.add_argument("--title", default="Measurement dataset")
     p.add_argument("--command", help="the command that collected the data, for the card")
     p.add_argument("--store", default="data/measurements.db")
