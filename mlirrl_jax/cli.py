@@ -608,6 +608,7 @@ def _validate(args, runs: dict[int, Path], out: Path) -> int:
         budget=args.budget,
         random_factor=args.random_factor,
         guided_samples=args.guided_samples,
+        evolutionary_budget=args.evolutionary_budget,
         xla=args.xla,
         seed=args.seed,
         timeout_s=args.timeout,
@@ -659,6 +660,8 @@ def cmd_optimize(args) -> int:
             say=lambda text: print(text, file=sys.stderr, flush=True),
             compile_timeout_s=args.compile_timeout,
             reference_timeout_s=args.reference_timeout,
+            search=args.search,
+            search_budget=args.search_budget,
         )
     if summary["speedup"] is None:
         gain = f"unscheduled over the {args.timeout:g} s limit, so no speedup over it"
@@ -1052,6 +1055,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=256,
         help="random schedules the surrogate ranks",
     )
+    p.add_argument(
+        "--evolutionary-budget",
+        type=int,
+        default=0,
+        help="real measurements of the surrogate-guided evolutionary search per program and "
+        "thread count (0: not run)",
+    )
     p.add_argument("--xla", action=argparse.BooleanOptionalAction, default=True, help="XLA:CPU too")
     p.add_argument("--store", help="also store every measurement here")
     p.add_argument("--out", help="report folder (default: the run's, or runs/validate-<time>)")
@@ -1066,6 +1076,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--threads", type=POSITIVE_INT, default=1, help="threads of the scheduled kernel"
     )
     p.add_argument("--run", help="the agent's run (default: adapted to this machine, else shipped)")
+    p.add_argument(
+        "--search",
+        choices=["none", "evolutionary"],
+        default="none",
+        help="also run a search beside the agent: evolutionary (mutations of the best "
+        "measured schedules, ranked by the agent's surrogate, fine-tuned between batches)",
+    )
+    p.add_argument(
+        "--search-budget",
+        type=POSITIVE_INT,
+        default=64,
+        help="real measurements of the search (64)",
+    )
     _add_worker_options(p)
     _add_phase_limits(p)
     p.set_defaults(func=cmd_optimize)

@@ -13,7 +13,9 @@ a wrong path costs no start-up.
 
 The agent is `--run`'s, else the one adapted to this machine at the thread count
 (`data/adapted/<machine id>.json` names the runs, written by `mlirrl-jax demo` and by
-`train --adopt`), else the shipped one (`data/agent/`).
+`train --adopt`), else the shipped one (`data/agent/`). With `search="evolutionary"` the
+surrogate-guided evolutionary search (`mlirrl_jax.search`) is measured too, and the best of
+everything wins.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ from mlirrl_jax.runfolder import check_inputs, write_atomic
 from mlirrl_jax.schedule import Schedule
 from mlirrl_jax.shipped import ADAPTED, SHIPPED_AGENT
 from mlirrl_jax.transform import transform_script
+
+SEARCHES = ("none", "evolutionary")
 
 
 class OptimizeError(ValueError):
@@ -76,6 +80,34 @@ def adopt_agent_run(run: str | os.PathLike, threads: int = 1) -> Path:
     return pointer
 
 
+def _evolutionary(program, agent, runner, threads, method, base, budget, seed, say) -> list:
+    """The evolutionary search's trials as (source, measurement, predicted speedup), from the
+    agent's surrogate (the analytic stand-in has nothing to fine-tune: refused)."""
+    from cost_model.api import CostModel
+    from mlirrl_jax.search import EvolutionarySearch, EvolutionConfig
+
+    if not agent.surrogate.path or agent.surrogate.path == "analytic":
+        raise OptimizeError(
+            "the evolutionary search needs the agent's surrogate to be a cost model"
+        )
+    search = EvolutionarySearch(
+        program,
+        CostModel.load(agent.surrogate.path),
+        threads,
+        EvolutionConfig(budget=budget, seed=seed),
+    )
+    say(f"  evolutionary search, {budget} measurements:")
+    result = search.run(
+        lambda s: runner.measure(program, s, threads=threads, method=method),
+        baseline=base if base.ok and base.verified else None,
+        progress=say,
+    )
+    return [
+        (f"evolutionary {i}", t.measurement, t.predicted_speedup)
+        for i, t in enumerate(result.trials, 1)
+    ]
+
+
 def check_program(program: Program) -> None:
     """Refuse a program the environment's tables cannot hold, naming the limit."""
     from mlirrl_jax.env.state import encode_programs
@@ -98,9 +130,17 @@ def optimize(
     say=print,
     compile_timeout_s: float = DEFAULT_COMPILE_TIMEOUT_S,
     reference_timeout_s: float = DEFAULT_REFERENCE_TIMEOUT_S,
+    search: str = "none",
+    search_budget: int = 64,
 ) -> dict:
     """Optimize the kernel in `path` into the folder `out`; returns the summary. `timeout_s`
-    bounds each kernel's run, the other two limits its compiling and its reference outputs."""
+    bounds each kernel's run, the other two limits its compiling and its reference outputs.
+    `search="evolutionary"` also runs the surrogate-guided evolutionary search
+    (`mlirrl_jax.search`) with `search_budget` real measurements, after the agent's."""
+    if search not in SEARCHES:
+        raise OptimizeError(f"search {search!r}: expected one of {', '.join(SEARCHES)}")
+    if search != "none" and search_budget < 1:
+        raise OptimizeError(f"--search-budget must be at least 1, got {search_budget}")
     if budget < 1:
         raise OptimizeError(f"--budget must be at least 1, got {budget}")
     if threads < 1:
@@ -151,6 +191,10 @@ def optimize(
                 f"  agent {rank}/{len(proposals)} (predicted {scored.predicted_speedup:.2f}x): "
                 f"{m.summary()}{'' if m.verified or not m.ok else ' NOT VERIFIED'}"
             )
+        if search == "evolutionary":
+            measured += _evolutionary(
+                program, agent, runner, threads, method, base, search_budget, seed, say
+            )
     good = [(name, m) for name, m, _ in measured if m.ok and m.verified and m.median_s]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -194,8 +238,9 @@ def optimize(
         + ", ".join(
             f"{r['source']} {r['ms']:.3f} ms"
             + (f" ({r['over_best']:.2f}x the best's time)" if r["over_best"] > 1 else "")
-            for r in ranking
+            for r in ranking[:10]
         )
+        + (f", and {len(ranking) - 10} more" if len(ranking) > 10 else "")
     )
     schedule = Schedule.from_json(best.schedule)
     script = transform_script(program, schedule) if not schedule.is_empty else ""

@@ -15,6 +15,9 @@ Per program and thread count the methods are
   deeper schedules; the k are the first k of the 8k);
 - `surrogate_topk`: search guided by the surrogate without the agent: `guided_samples` random
   schedules ranked by the surrogate, its top k measured;
+- `evolutionary` (with `evolutionary_budget` > 0): the surrogate-guided evolutionary search a
+  user would pick instead of an agent (`mlirrl_jax.search`), with its own budget of real
+  measurements, its surrogate fine-tuned between batches;
 - `xla`: XLA:CPU through `jax.jit` on the same computation and thread count, output buffer
   donated and reused (`mlirrl_jax.measure.xla`);
 - `numpy`: NumPy's matmul with BLAS on the same threads (matmuls only).
@@ -57,7 +60,15 @@ from mlirrl_jax.runfolder import naming, write_atomic
 from mlirrl_jax.schedule import Schedule
 from mlirrl_jax.validate import geomean, program_kind
 
-SCHEDULED = ("heuristic", "agent_greedy", "agent_topk", "random_k", "random_8k", "surrogate_topk")
+SCHEDULED = (
+    "heuristic",
+    "agent_greedy",
+    "agent_topk",
+    "random_k",
+    "random_8k",
+    "surrogate_topk",
+    "evolutionary",
+)
 EXTERNAL = ("xla", "numpy")
 METHODS = ("unscheduled", *SCHEDULED, *EXTERNAL)
 LABELS = {
@@ -68,10 +79,13 @@ LABELS = {
     "random_k": "random k",
     "random_8k": "random 8k",
     "surrogate_topk": "surrogate top-k",
+    "evolutionary": "evolutionary",
     "xla": "XLA:CPU",
     "numpy": "NumPy/BLAS",
 }
-BASELINES = ("heuristic", "random_8k", "xla", "numpy")  # what a user could have had otherwise
+# what a user could have had otherwise
+BASELINES = ("heuristic", "random_8k", "evolutionary", "xla", "numpy")
+SEARCHES = ("heuristic", "random_8k", "evolutionary")  # the agent's rivals on this machine's code
 MATMUL_KINDS = ("matmul", "batch_matmul")
 
 
@@ -85,6 +99,7 @@ class ValidationConfig:
     budget: int = 8  # k: the agent's and the guided search's measured schedules per program
     random_factor: int = 8  # the larger random search: random_factor * k measurements
     guided_samples: int = 256  # random schedules the surrogate ranks for `surrogate_topk`
+    evolutionary_budget: int = 0  # real measurements of the evolutionary search (0: not run)
     xla: bool = True
     numpy: bool = True
     seed: int = 0
@@ -108,6 +123,10 @@ class ValidationConfig:
             )
         if self.timeout_s <= 0:
             raise ValidationError(f"timeout_s must be positive, got {self.timeout_s}")
+        if self.evolutionary_budget < 0:
+            raise ValidationError(
+                f"evolutionary_budget must be at least 0, got {self.evolutionary_budget}"
+            )
 
 
 @dataclass
@@ -188,10 +207,18 @@ def _best(measurements: list[Measurement]) -> Measurement | None:
 
 
 def _measure_plan(
-    p: Plan, threads: int, base: Measurement, runner: Runner, config: ValidationConfig, store
+    p: Plan,
+    threads: int,
+    base: Measurement,
+    runner: Runner,
+    config: ValidationConfig,
+    store,
+    surrogate=None,
 ) -> dict:
     """Every method's measurements of one program at one thread count: each distinct
-    schedule measured once, each method credited with what it would have spent."""
+    schedule measured once, each method credited with what it would have spent. The
+    evolutionary search (`surrogate`: the cost model it starts from) runs last, so that it
+    reuses what the other methods measured."""
     k = config.budget
     method = TimingMethod(seed=config.seed)
     heuristic = heuristic_schedule(p.program, threads)
@@ -212,12 +239,30 @@ def _measure_plan(
         "surrogate_topk": len(schedules["surrogate_topk"]),
     }
     measured: dict[str, Measurement] = {}
-    for name in SCHEDULED:
+
+    def measure(s: Schedule) -> Measurement:
+        if s.hash not in measured:
+            measured[s.hash] = runner.measure(
+                p.program, s, threads=threads, method=method, timeout_s=config.timeout_s
+            )
+        return measured[s.hash]
+
+    for name in schedules:
         for s in schedules[name]:
-            if s.hash not in measured:
-                measured[s.hash] = runner.measure(
-                    p.program, s, threads=threads, method=method, timeout_s=config.timeout_s
-                )
+            measure(s)
+    evolved = None
+    if config.evolutionary_budget and surrogate is not None:
+        from mlirrl_jax.search import EvolutionarySearch, EvolutionConfig
+
+        search = EvolutionarySearch(
+            p.program,
+            surrogate,
+            threads,
+            EvolutionConfig(budget=config.evolutionary_budget, seed=config.seed),
+        )
+        evolved = search.run(measure, baseline=base if base.ok and base.verified else None)
+        schedules["evolutionary"] = [t.schedule for t in evolved.trials]
+        spent["evolutionary"] = len(evolved.trials)
     if store is not None:
         store.put(list(measured.values()))
     row = {
@@ -233,13 +278,18 @@ def _measure_plan(
         "unverified": sum(1 for m in measured.values() if m.ok and not m.verified),
         "methods": {"unscheduled": _entry(base, 0, None)},
     }
-    for name in SCHEDULED:
+    for name in schedules:
         best = _best([measured[s.hash] for s in schedules[name]])
         predicted = (
             p.heuristic_predicted
             if name == "heuristic"
             else (p.predicted.get(best.schedule_hash) if best else None)
         )
+        if name == "evolutionary" and evolved is not None and best is not None:
+            # what the search's surrogate predicted when it chose the schedule
+            predicted = next(
+                t.predicted_speedup for t in evolved.trials if t.schedule.hash == best.schedule_hash
+            )
         row["methods"][name] = _entry(best, spent[name], predicted)
     if config.xla:
         from mlirrl_jax.measure.xla import measure_xla
@@ -378,6 +428,7 @@ class Validation:
 
             store = MeasurementStore(self.config.store)
             store.add_programs(todo)
+        surrogates = self._search_surrogates()
         jobs = [
             (plans[t][i], t)
             for i, p in enumerate(todo)
@@ -399,7 +450,9 @@ class Validation:
                         )
                         if store is not None:
                             store.put([bases[name]])
-                    row = _measure_plan(p, threads, bases[name], runner, self.config, store)
+                    row = _measure_plan(
+                        p, threads, bases[name], runner, self.config, store, surrogates.get(threads)
+                    )
                     row["machine_id"] = self.machine
                     line = (json.dumps(row) + "\n").encode()
                     with naming(self.rows_path):
@@ -414,6 +467,23 @@ class Validation:
             if store is not None:
                 store.close()
         return rows
+
+    def _search_surrogates(self) -> dict:
+        """Per thread count, the cost model the evolutionary search starts from: the one its
+        agent trains against (none for the analytic stand-in)."""
+        if not self.config.evolutionary_budget:
+            return {}
+        from cost_model.api import CostModel
+
+        loaded: dict[str, object] = {}
+        out = {}
+        for t in self.config.threads:
+            path = self.agents[t].surrogate.path
+            if path and path != "analytic":
+                if path not in loaded:
+                    loaded[path] = CostModel.load(path)
+                out[t] = loaded[path]
+        return out
 
     def report(self, rows: list[dict] | None = None, peak_gflops: float | None = None) -> dict:
         rows = self.done() if rows is None else rows
@@ -478,6 +548,12 @@ def summarize(rows: list[dict], config: ValidationConfig, peak_gflops: float | N
             "agent_topk_over_random_8k": _ratio(common, "agent_topk", "random_8k"),
             "agent_greedy_over_random_8k": _ratio(greedy_common, "agent_greedy", "random_8k"),
             "agent_topk_over_heuristic": _ratio(per, "agent_topk", "heuristic"),
+            "agent_topk_over_evolutionary": _ratio(per, "agent_topk", "evolutionary"),
+            # per program, the best of the heuristic and the searches the run measured
+            "agent_topk_over_best_search": _ratio(
+                _with_best_search(per), "agent_topk", "best_search"
+            ),
+            "agent_greedy_over_heuristic": _ratio(per, "agent_greedy", "heuristic"),
             "by_kind": {},
         }
         kinds = defaultdict(list)
@@ -515,6 +591,14 @@ def summarize(rows: list[dict], config: ValidationConfig, peak_gflops: float | N
             entry["by_kind"][kind] = k_entry
         out["threads"][str(threads)] = entry
     return out
+
+
+def _with_best_search(per: list[dict]) -> list[dict]:
+    """Each program's speedups plus `best_search`: the best of the heuristic and the
+    searches (`SEARCHES`) measured on it."""
+    return [
+        {**s, "best_search": max((s[n] for n in SEARCHES if s.get(n)), default=None)} for s in per
+    ]
 
 
 def _predicted_against_real(group: list[dict], per: list[dict], name: str) -> dict:
@@ -608,7 +692,13 @@ def format_validation(rows: list[dict], summary: dict, config: ValidationConfig,
         "",
         f"Agent: {_agents_line(summary)}. "
         f"k = {k}: the agent's top-k, random search with k and {k * config.random_factor} real "
-        f"measurements, the surrogate's top-k of {config.guided_samples} random schedules. Speedups "
+        f"measurements, the surrogate's top-k of {config.guided_samples} random schedules"
+        + (
+            f", the surrogate-guided evolutionary search with {config.evolutionary_budget}"
+            if config.evolutionary_budget
+            else ""
+        )
+        + ". Speedups "
         "are over the unscheduled program measured in the same run (one thread); every kernel "
         "output verified against the reference; '-' where a method had no verified result. A "
         "candidate that timed out, crashed or computed a wrong output is a recorded result, "
@@ -655,7 +745,16 @@ def format_validation(rows: list[dict], summary: dict, config: ValidationConfig,
             f"Agent top-{k} / random search with {k * config.random_factor}: "
             f"{_f(entry['agent_topk_over_random_8k'], '.3f')}; agent greedy (0 measurements) / "
             f"random {k * config.random_factor}: {_f(entry['agent_greedy_over_random_8k'], '.3f')}; "
-            f"agent top-{k} / heuristic: {_f(entry['agent_topk_over_heuristic'], '.3f')} "
+            f"agent top-{k} / heuristic: {_f(entry['agent_topk_over_heuristic'], '.3f')}; "
+            f"agent greedy / heuristic: {_f(entry.get('agent_greedy_over_heuristic'), '.3f')}"
+            + (
+                f"; agent top-{k} / evolutionary search with {config.evolutionary_budget}: "
+                f"{_f(entry.get('agent_topk_over_evolutionary'), '.3f')}"
+                if config.evolutionary_budget
+                else ""
+            )
+            + f"; agent top-{k} / the best of the heuristic and the searches: "
+            f"{_f(entry.get('agent_topk_over_best_search'), '.3f')} "
             "(geomeans over the programs where both verified).",
             "",
             f"Surrogate's predicted speedup (its rows' threads: "
@@ -717,6 +816,7 @@ def save_validation_plots(rows: list[dict], folder: Path) -> list[Path]:
         for name, marker in (
             ("heuristic", "s"),
             ("random_8k", "^"),
+            ("evolutionary", "v"),
             ("xla", "x"),
             ("agent_greedy", "."),
             ("agent_topk", "o"),
@@ -755,7 +855,7 @@ def save_validation_plots(rows: list[dict], folder: Path) -> list[Path]:
                 )
     ax.axvline(1.0, color="grey", linestyle=":")
     ax.set_xscale("log")
-    ax.set_xlabel("speedup over the best baseline (heuristic, random 8k, XLA, NumPy)")
+    ax.set_xlabel("speedup over the best baseline (heuristic, searches, XLA, NumPy)")
     ax.set_ylabel("fraction of programs")
     ax.legend(fontsize=8)
     fig.tight_layout()

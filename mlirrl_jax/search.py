@@ -1,0 +1,262 @@
+"""Evolutionary search guided by the surrogate: the search a user would pick instead of an
+agent (Ansor's, MetaSchedule's), and the baseline the agent has to beat at equal budgets.
+
+Each generation draws candidates: mutations of the best schedules measured so far (the
+heuristic's schedule is measured first and seeds them) and fresh random episodes. The
+surrogate ranks the distinct candidates not measured yet; the top `batch` are measured for
+real; the surrogate (the prior given) is fine-tuned on every verified measurement so far
+before the next generation. Every candidate comes out of the environment's masks (random episodes, and
+mutations whose changes the masks repair: `sampler.Mutation`), so every schedule measured is
+one the agent could have chosen. The search spends exactly `budget` measurements (a crash,
+timeout or wrong output counts, and is data), fewer only when the space runs out of distinct
+schedules.
+
+`EvolutionarySearch(program, surrogate, threads).run(measure)` with `measure(schedule) ->
+Measurement` (a `Runner`'s, say); the result lists every trial in order.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import jax
+import numpy as np
+
+from mlirrl_jax.heuristics import heuristic_schedule
+from mlirrl_jax.measure.timing import Measurement
+from mlirrl_jax.programs.ir import Program
+from mlirrl_jax.schedule import Schedule
+
+log = logging.getLogger(__name__)
+
+
+class SearchError(ValueError):
+    """A search configuration that cannot run."""
+
+
+@dataclass(frozen=True)
+class EvolutionConfig:
+    """How the evolutionary search spends its measurements."""
+
+    budget: int = 64  # real measurements, exactly
+    batch: int = 8  # measured per generation, the surrogate's top candidates
+    candidates: int = 64  # drawn per generation (mutants and fresh episodes)
+    parents: int = 4  # the best measured schedules mutated
+    fresh_share: float = 0.25  # share of the candidates drawn as fresh random episodes
+    update_epochs: int = 10  # surrogate fine-tuning between generations (0: never)
+    next_weight: float = 0.25  # of the random policy: <1 draws deeper schedules
+    seed: int = 0
+
+    def __post_init__(self):
+        for name in ("budget", "batch", "candidates", "parents"):
+            if getattr(self, name) < 1:
+                raise SearchError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.candidates < self.batch:
+            raise SearchError(
+                f"candidates ({self.candidates}) must be at least batch ({self.batch})"
+            )
+        if not 0.0 <= self.fresh_share <= 1.0:
+            raise SearchError(f"fresh_share must be within [0, 1], got {self.fresh_share}")
+        if self.update_epochs < 0:
+            raise SearchError(f"update_epochs must be at least 0, got {self.update_epochs}")
+
+
+@dataclass
+class Trial:
+    """One measured schedule, and the speedup over the unscheduled program the surrogate
+    predicted for it before it was measured."""
+
+    schedule: Schedule
+    measurement: Measurement
+    predicted_speedup: float | None
+    generation: int
+    origin: str  # heuristic, mutant or fresh
+
+    @property
+    def seconds(self) -> float | None:
+        m = self.measurement
+        return m.median_s if m.ok and m.verified and m.median_s else None
+
+
+@dataclass
+class SearchResult:
+    trials: list[Trial] = field(default_factory=list)
+    generations: int = 0
+    updates: int = 0  # surrogate fine-tunings
+    seconds: float = 0.0
+
+    @property
+    def best(self) -> Trial | None:
+        good = [t for t in self.trials if t.seconds is not None]
+        return min(good, key=lambda t: t.seconds) if good else None
+
+    @property
+    def failed(self) -> int:
+        return sum(t.seconds is None for t in self.trials)
+
+
+class EvolutionarySearch:
+    """The search on one program at `threads` per kernel, on this machine's profile."""
+
+    def __init__(
+        self,
+        program: Program,
+        surrogate,
+        threads: int = 1,
+        config: EvolutionConfig | None = None,
+        profile=None,
+    ):
+        from cost_model.dataset import machine_table
+        from mlirrl_jax.measure.profile import this_machine_profile
+        from mlirrl_jax.sampler import EpisodeSampler, random_policy
+
+        self.program = program
+        self.prior = surrogate  # each update starts again from it, on every row so far
+        self.surrogate = surrogate
+        self.threads = threads
+        self.config = config or EvolutionConfig()
+        self.profile = profile if profile is not None else this_machine_profile()
+        self.table = machine_table([program], self.profile, threads)
+        self.sampler = EpisodeSampler([program], random_policy(self.config.next_weight), self.table)
+
+    def predict(self, drawn: list[list[np.ndarray]]) -> np.ndarray:
+        """The surrogate's predicted speedup over the unscheduled program of each action
+        sequence."""
+        from cost_model.dataset import featurize
+        from mlirrl_jax.actions import NEXT, encode_action
+        from mlirrl_jax.env.jax_env import MAX_EPISODE_STEPS
+
+        drawn = [[], *drawn]  # the unscheduled program first
+        padded = np.tile(encode_action(NEXT), (len(drawn), MAX_EPISODE_STEPS, 1))
+        for row, actions in enumerate(drawn):
+            if actions:
+                padded[row, : len(actions)] = np.stack(actions)
+        states, _ = featurize(self.table, np.zeros(len(drawn), np.int32), padded.astype(np.int32))
+        log_s = np.asarray(self.surrogate.predict(self.table, states), np.float64)
+        return np.exp(log_s[0] - log_s[1:])
+
+    def _dataset(self, trials: list[tuple[list[np.ndarray], Trial]]):
+        """The verified trials as a dataset the surrogate can be fine-tuned on."""
+        from cost_model.dataset import Dataset, featurize
+        from mlirrl_jax.actions import NEXT, encode_action
+        from mlirrl_jax.env.jax_env import MAX_EPISODE_STEPS
+
+        padded = np.tile(encode_action(NEXT), (len(trials), MAX_EPISODE_STEPS, 1))
+        for row, (actions, _) in enumerate(trials):
+            if actions:
+                padded[row, : len(actions)] = np.stack(actions)
+        states, feats = featurize(
+            self.table, np.zeros(len(trials), np.int32), padded.astype(np.int32)
+        )
+        machine = self.profile.machine_id if self.profile is not None else ""
+        return Dataset(
+            states=states,
+            features=feats,
+            log_time=np.log([t.seconds for _, t in trials]).astype(np.float32),
+            program=np.zeros(len(trials), np.int32),
+            is_baseline=np.array([t.schedule.is_empty for _, t in trials]),
+            programs=[self.program],
+            families=["user"],
+            table=self.table,
+            machines=[machine],
+            threads=[self.threads],
+            profiles={machine: self.profile} if self.profile is not None else {},
+        )
+
+    def run(
+        self,
+        measure: Callable[[Schedule], Measurement],
+        baseline: Measurement | None = None,
+        progress: Callable[[str], None] | None = None,
+    ) -> SearchResult:
+        """Spend the budget; `baseline` (the unscheduled run, verified) joins the surrogate's
+        fine-tuning data, so that it learns speedups, not only times."""
+        from mlirrl_jax.env.replay import schedule_to_actions
+        from mlirrl_jax.sampler import Mutation
+
+        config, started = self.config, time.perf_counter()
+        rng = np.random.default_rng(config.seed)
+        key = jax.random.PRNGKey(config.seed)
+        result = SearchResult()
+        measured: list[tuple[list[np.ndarray], Trial]] = []
+        seen: set[str] = {Schedule().hash}
+        fit_rows: list[tuple[list[np.ndarray], Trial]] = []
+        if baseline is not None and baseline.ok and baseline.verified and baseline.median_s:
+            fit_rows.append(([], Trial(Schedule(), baseline, None, 0, "baseline")))
+
+        def spend(actions, schedule, predicted, generation, origin) -> None:
+            trial = Trial(schedule, measure(schedule), predicted, generation, origin)
+            seen.add(schedule.hash)
+            measured.append((actions, trial))
+            result.trials.append(trial)
+            if progress:
+                elapsed = time.perf_counter() - started
+                done = len(result.trials)
+                best = result.best
+                progress(
+                    f"  evolutionary {done}/{config.budget} (generation {generation}, {origin}): "
+                    f"{trial.measurement.summary()}; best "
+                    f"{best.seconds * 1e3 if best else float('nan'):.3f} ms; "
+                    f"{done / elapsed:.2f} meas/s, ETA {(config.budget - done) * elapsed / done:.0f} s"
+                )
+
+        heuristic = heuristic_schedule(self.program, threads=self.threads)
+        if not heuristic.is_empty:
+            actions = schedule_to_actions(
+                self.program,
+                heuristic,
+                self.profile.vector_lanes if self.profile else None,
+                nearest=True,
+            )
+            spend(actions, heuristic, float(self.predict([actions])[0]), 0, "heuristic")
+        generation, dry = 0, 0
+        while len(result.trials) < config.budget:
+            generation += 1
+            good = sorted(
+                (item for item in measured if item[1].seconds is not None),
+                key=lambda item: item[1].seconds,
+            )[: config.parents]
+            drawn: dict[str, tuple[list[np.ndarray], Schedule, str]] = {}
+            for i in range(config.candidates):
+                key, sub = jax.random.split(key)
+                fresh = not good or rng.random() < config.fresh_share
+                guide = None if fresh else Mutation(good[i % len(good)][0], rng)
+                schedule, actions = self.sampler.schedule(0, sub, guide)
+                if schedule.hash not in seen:
+                    drawn.setdefault(
+                        schedule.hash, (actions, schedule, "fresh" if fresh else "mutant")
+                    )
+            if not drawn:
+                dry += 1
+                if dry >= 3:  # the space has run out of distinct schedules
+                    log.info("%s: no new schedule in 3 generations", self.program.name)
+                    break
+                continue
+            dry = 0
+            items = list(drawn.values())
+            predicted = self.predict([a for a, _, _ in items])
+            wanted = min(config.batch, config.budget - len(result.trials))
+            for j in np.argsort(-predicted)[:wanted]:
+                actions, schedule, origin = items[int(j)]
+                spend(actions, schedule, float(predicted[j]), generation, origin)
+            verified = fit_rows + [item for item in measured if item[1].seconds is not None]
+            if (
+                config.update_epochs
+                and len(result.trials) < config.budget
+                and len(verified) >= 2
+                and hasattr(self.surrogate, "update")
+            ):
+                self.surrogate = self.prior.update(
+                    self._dataset(verified),
+                    epochs=config.update_epochs,
+                    machine_id=self.profile.machine_id if self.profile is not None else None,
+                    threads=self.threads,
+                    note=f"evolutionary search on {self.program.name}",
+                )
+                result.updates += 1
+        result.generations = generation
+        result.seconds = time.perf_counter() - started
+        return result
