@@ -357,9 +357,11 @@ def test_the_metrics_table_marks_a_family_with_only_baselines():
     assert "| a | 1 | 117.5% | 0.500 | 0.667 | 1.000 | 1.000 |" in table
 
 
-def test_the_shipped_model_predicts_its_reference_slice_as_recorded(tmp_path):
-    # guards the shipped checkpoint against drift of the features or the network code, on a
-    # small slice of the seed (every row of a few held-out programs), re-predicted
+@pytest.mark.parametrize("shipped", ["cost_model", "cost_model_multi"])
+def test_the_shipped_model_predicts_its_reference_slice_as_recorded(shipped, tmp_path):
+    # guards a shipped checkpoint against drift of the features or the network code, on a
+    # small slice of the seed (every row of a few held-out programs, on each machine and
+    # thread count the model was fitted on), re-predicted
     import json
     from pathlib import Path
 
@@ -368,23 +370,38 @@ def test_the_shipped_model_predicts_its_reference_slice_as_recorded(tmp_path):
     from mlirrl_jax.env.replay import HostState, schedule_of
 
     root = Path(__file__).resolve().parent.parent
-    shipped = root / "data" / "cost_model"
-    reference = json.loads((shipped / "reference_predictions.json").read_text())
-    seed = sorted((root / "data" / "seed").glob("*.parquet"))[0]
-    rows = pq.read_table(seed, filters=[("program_name", "in", reference["programs"])])
-    pq.write_table(rows, tmp_path / "slice.parquet")
-    model = CostModel.load(shipped)
+    folder = root / "data" / shipped
+    reference = json.loads((folder / "reference_predictions.json").read_text())
+    machines = sorted({r.get("machine_id") for r in reference["rows"]} - {None})
+    threads = sorted({r.get("threads", 1) for r in reference["rows"]})
+    model = CostModel.load(folder)
     with MeasurementStore(tmp_path / "slice.db") as store:
-        store.import_parquet(tmp_path / "slice.parquet", allow_other_machines=True)
-        data = load_dataset(store, model.meta["machine_id"])
+        for i, seed in enumerate(sorted((root / "data" / "seed").glob("*.parquet"))):
+            rows = pq.read_table(seed, filters=[("program_name", "in", reference["programs"])])
+            pq.write_table(rows, tmp_path / f"slice{i}.parquet")
+            store.import_parquet(tmp_path / f"slice{i}.parquet", allow_other_machines=True)
+        data = load_dataset(store, machines or model.meta["machine_id"], threads)
     predicted = predict_dataset(model, data)
     again = {}
     for i in range(len(data)):
-        program = data.programs[int(data.program[i])]
+        row = int(data.program[i])
+        program = data.programs[row]
         state = HostState.from_env_state(jax.tree.map(lambda a, i=i: a[i], data.states))
-        again[program.name, schedule_of(program, state).hash] = float(predicted[i])
+        key = (
+            program.name,
+            data.machines[row],
+            data.threads[row],
+            schedule_of(program, state).hash,
+        )
+        again[key] = float(predicted[i])
     recorded = {
-        (r["program"], r["schedule_hash"]): r["predicted_log_time"] for r in reference["rows"]
+        (
+            r["program"],
+            r.get("machine_id", model.meta["machine_id"]),
+            r.get("threads", 1),
+            r["schedule_hash"],
+        ): r["predicted_log_time"]
+        for r in reference["rows"]
     }
     assert again.keys() == recorded.keys() and len(recorded) > 50
     for key, value in recorded.items():
