@@ -11,7 +11,8 @@ Every `iterations_per_round` PPO iterations, a round:
    it goes (a killed round resumes its own list: nothing measured twice, nothing lost);
 3. scores the surrogate on the schedules just measured (on-policy error), fine-tunes it on
    this machine's rows of the training programs but for the round's held-back programs, and
-   scores it again on those;
+   scores it again on those: an update whose error on them grew is refused, the previous
+   weights kept, and the refusal recorded in `rounds.jsonl` (`update_refused`, `refusal`);
 4. saves the new surrogate to `round-N/surrogate`, records the round in `rounds.jsonl` and
    `state.json`, and training goes on against it: its parameters are an argument of the jitted
    iteration, so nothing recompiles.
@@ -651,6 +652,12 @@ class Regrounding:
         validation = self._rows(self.validation)
         row["held_back_after"] = surrogate_metrics(model, held_rows, mine)
         row["held_back_before"] = surrogate_metrics(before, held_rows, mine)
+        refusal = update_refusal(row["held_back_before"], row["held_back_after"])
+        row["update_refused"] = refusal is not None
+        if refusal is not None:  # the previous weights stay: an update never makes it worse
+            row["refusal"] = refusal
+            model = before
+            self.say(f"round {round_}: update refused, the previous weights kept ({refusal})")
         row["held_back_prior"] = surrogate_metrics(self._prior_model(), held_rows, mine)
         row["validation"] = surrogate_metrics(model, validation)
         row["validation_prior"] = surrogate_metrics(self._prior_model(), validation)
@@ -771,6 +778,19 @@ def scratch_trees(data: Dataset, exclude: set, seed: int) -> Callable[[Dataset],
 SCRATCH_ROUNDS, SCRATCH_LEAVES = 500, 31  # the teacher's rounds; leaves for ~1,000 rows
 
 
+def update_refusal(before: dict | None, after: dict | None) -> str | None:
+    """Why an update is refused, None if it is kept: its MAPE of speedup on the round's
+    held-back rows (programs the update never saw) grew. Without held-back rows to judge by,
+    the update is kept."""
+    b = (before or {}).get("mape_speedup")
+    a = (after or {}).get("mape_speedup")
+    if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)):
+        return None
+    if a > b:
+        return f"held-back MAPE of speedup grew from {b:.1%} to {a:.1%}"
+    return None
+
+
 def surrogate_metrics(
     model: CostModel | Callable[[Dataset], np.ndarray],
     data: Dataset | None,
@@ -823,7 +843,8 @@ def _round_line(row: dict) -> str:
 
     return (
         f"round {row['round']}: on-policy MAPE {m('on_policy_before', 'mape_speedup')} before, "
-        f"held-back {m('held_back_before', 'mape_speedup')} -> {m('held_back_after', 'mape_speedup')}; "
+        f"held-back {m('held_back_before', 'mape_speedup')} -> {m('held_back_after', 'mape_speedup')}"
+        f"{' (update refused: previous weights kept)' if row.get('update_refused') else ''}; "
         f"validation Spearman {m('validation', 'spearman')} (prior {m('validation_prior', 'spearman')}); "
         f"real greedy on tracked programs {row.get('real_track_geomean', float('nan')):.2f}x; "
         f"{row['spent']} measurements spent"

@@ -144,6 +144,9 @@ def test_the_update_keeps_the_rounds_schedules_learnt(run):
     assert hashes
     prior = CostModel.load(SHIPPED_SURROGATE)
     updated = CostModel.load(folder / "round-1" / "surrogate")
+    if _lines(folder / "rounds.jsonl")[0]["update_refused"]:  # the prior kept (tested below)
+        assert updated.identity["params_sha256"] == prior.identity["params_sha256"]
+        return
     with MeasurementStore(run["store"]) as store:
         data = load_dataset(store, here, threads=2, programs=hashes)
     mine = {(t["program_hash"], t["schedule_hash"]) for t in learnt}
@@ -170,6 +173,39 @@ def test_the_update_keeps_the_rounds_schedules_learnt(run):
     assert step["step"] == "update" and step["machine_id"] == here and step["rows"] > 0
     assert updated.meta["machine_id"] == here
     assert step["threads"] == 2 and updated.identity["threads"] == 2
+
+
+def test_no_round_keeps_an_update_that_made_the_held_back_error_grow(run):
+    folder = run["out"] / "regrounding"
+    previous = CostModel.load(SHIPPED_SURROGATE).identity["params_sha256"]
+    rows = _lines(folder / "rounds.jsonl")
+    assert rows
+    for row in rows:
+        saved = CostModel.load(folder / f"round-{row['round']}" / "surrogate")
+        before, after = row["held_back_before"], row["held_back_after"]
+        if row["update_refused"]:  # the previous weights, and why
+            assert saved.identity["params_sha256"] == previous
+            assert "grew" in row["refusal"]
+            assert after["mape_speedup"] > before["mape_speedup"]
+        else:
+            if "update_rows" in row:  # an update ran, and was kept
+                assert saved.identity["params_sha256"] != previous
+            if before and after:
+                assert after["mape_speedup"] <= before["mape_speedup"]
+        previous = saved.identity["params_sha256"]
+
+
+def test_an_update_is_refused_only_when_its_held_back_error_grew():
+    from mlirrl_jax.regrounding import update_refusal
+
+    assert update_refusal({"mape_speedup": 0.2}, {"mape_speedup": 0.3}) == (
+        "held-back MAPE of speedup grew from 20.0% to 30.0%"
+    )
+    assert update_refusal({"mape_speedup": 0.3}, {"mape_speedup": 0.3}) is None
+    assert update_refusal({"mape_speedup": 0.3}, {"mape_speedup": 0.1}) is None
+    # nothing to judge by: kept
+    assert update_refusal(None, {"mape_speedup": 0.3}) is None
+    assert update_refusal({"mape_speedup": float("nan")}, {"mape_speedup": 0.3}) is None
 
 
 def test_timing_and_jax_work_never_overlap(run):
