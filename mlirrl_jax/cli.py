@@ -464,6 +464,10 @@ def _train(args) -> int:
         if args.resume:
             raise ValueError("a resumed run keeps its surrogate: drop --surrogate")
         config = replace(config or AgentConfig(), surrogate=args.surrogate)
+    if args.uncertainty_penalty is not None:
+        if args.resume:
+            raise ValueError("a resumed run keeps its reward: drop --uncertainty-penalty")
+        config = replace(config or AgentConfig(), uncertainty_penalty=args.uncertainty_penalty)
     regrounding = _rounds(args)
     if regrounding is not None and regrounding.config is not None and not budget:
         # K iterations before each round and K after the last, whatever the config's budget
@@ -975,6 +979,12 @@ def build_parser() -> argparse.ArgumentParser:
     budget.add_argument("--iterations", type=POSITIVE_INT, help="PPO iterations instead of a time")
     p.add_argument("--config", help="JSON file of AgentConfig fields (the rest: defaults)")
     p.add_argument("--surrogate", help="cost model folder, or 'analytic' (default: shipped)")
+    p.add_argument(
+        "--uncertainty-penalty",
+        type=float,
+        help="beta: the reward reads the surrogate's log time plus beta times its ensemble's "
+        "spread (default 0: the mean; e.g. with --surrogate data/cost_model_multi)",
+    )
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
     p.add_argument(
         "--adopt",

@@ -266,6 +266,30 @@ def test_an_ensembles_spread_is_its_uncertainty_and_its_mean_the_prediction(ense
     assert np.allclose(pure_mean, mean, atol=1e-5) and np.allclose(pure_spread, spread, atol=1e-5)
 
 
+def test_the_pessimistic_reward_counts_an_unsure_schedule_as_slower(ensemble, one_program):
+    from mlirrl_jax.agent.train import AgentConfig, make_env
+    from mlirrl_jax.env.reward import AnalyticLogTime, PessimisticLogTime
+
+    program, machine, threads, states = one_program
+    table = machine_table([program], machine, threads)
+    mean, spread = ensemble.predict_with_spread(table, states)
+    config = AgentConfig(uncertainty_penalty=1.5)
+    env = make_env(config, ensemble.log_time_model)
+    pessimistic = env.reward.model
+    assert isinstance(pessimistic, PessimisticLogTime) and pessimistic.beta == 1.5
+    context = pessimistic.prepare(ensemble.params, table)
+    got = np.asarray(jax.jit(pessimistic.log_time)(context, table, states))
+    assert np.allclose(got, np.asarray(mean) + 1.5 * np.asarray(spread), atol=1e-5)
+    assert np.all(got > np.asarray(mean))  # every state here has a spread
+    # beta 0 is the mean itself; a model without a spread, or a negative beta, is refused
+    plain = make_env(AgentConfig(), ensemble.log_time_model).reward.model
+    assert not isinstance(plain, PessimisticLogTime)
+    with pytest.raises(ValueError, match="gives no spread"):
+        make_env(config, AnalyticLogTime())
+    with pytest.raises(ValueError, match="uncertainty_penalty"):
+        AgentConfig(uncertainty_penalty=-1.0)
+
+
 def test_a_checkpoint_of_unknown_features_is_refused(ensemble, tmp_path):
     folder = ensemble.save(tmp_path / "old")
     meta = json.loads((folder / "model.json").read_text())

@@ -29,7 +29,12 @@ from mlirrl_jax.agent.losses import Batch, compute_gae, ppo_loss
 from mlirrl_jax.agent.networks import NetworkConfig, abstract, act, build, value
 from mlirrl_jax.env.jax_env import MAX_EPISODE_STEPS, JaxEnv
 from mlirrl_jax.env.observation import Observation
-from mlirrl_jax.env.reward import RewardParams, ShapedReward, TerminalReward
+from mlirrl_jax.env.reward import (
+    PessimisticLogTime,
+    RewardParams,
+    ShapedReward,
+    TerminalReward,
+)
 from mlirrl_jax.env.state import EnvState, ProgramTable
 
 REWARDS = {"terminal": TerminalReward, "shaped": ShapedReward}
@@ -93,6 +98,10 @@ class AgentConfig:
     surrogate: str = ""
     """The cost model whose predictions are the reward ("": the shipped surrogate; "analytic":
     the roofline stand-in)."""
+    uncertainty_penalty: float = 0.0
+    """beta: the reward reads the surrogate's predicted log time plus beta times its
+    ensemble's spread (`env.reward.PessimisticLogTime`), so schedules it is unsure of count as
+    slower; 0: the mean alone. Needs a surrogate with an ensemble to have an effect."""
     suites: tuple[str, ...] = ()
     """Suites whose train split the agent trains on (empty: those the surrogate was fitted on)."""
 
@@ -106,6 +115,10 @@ class AgentConfig:
             raise ValueError(
                 f"envs x steps ({self.envs * self.steps}) must split into {self.minibatches} "
                 "minibatches"
+            )
+        if self.uncertainty_penalty < 0:
+            raise ValueError(
+                f"uncertainty_penalty must be at least 0, got {self.uncertainty_penalty}"
             )
         if self.eval_every < 0 or self.eval_random_schedules < 1:
             raise ValueError("eval_every must be >= 0 and eval_random_schedules >= 1")
@@ -181,7 +194,15 @@ class Transition:
 
 
 def make_env(config: AgentConfig, model) -> JaxEnv:
-    """The training environment: `config.reward` over the `LogTimeModel` `model`."""
+    """The training environment: `config.reward` over the `LogTimeModel` `model` (pessimistic
+    by `config.uncertainty_penalty`)."""
+    if config.uncertainty_penalty > 0:
+        if not hasattr(model, "log_time_with_spread"):
+            raise ValueError(
+                f"uncertainty_penalty {config.uncertainty_penalty}: the reward's model "
+                f"({type(model).__name__}) gives no spread; use a surrogate"
+            )
+        model = PessimisticLogTime(model, config.uncertainty_penalty)
     reward = REWARDS[config.reward](model=model, chunk=config.reward_chunk)
     return JaxEnv(reward=reward, max_steps=config.max_episode_steps, auto_reset=True)
 

@@ -48,6 +48,24 @@ class AnalyticLogTime:
         return jax.vmap(lambda s: analytic_log_time(table, s, self.threads))(states)
 
 
+@dataclass(frozen=True)
+class PessimisticLogTime:
+    """A model's log time plus `beta` times its ensemble's spread (the std of its members' log
+    times): a pessimistic estimate, so that a schedule the surrogate is unsure of counts as
+    slower and the agent does not seek out the surrogate's mistakes. `model` must give
+    `log_time_with_spread` (the surrogate does; one network's spread is 0)."""
+
+    model: Any
+    beta: float
+
+    def prepare(self, params: Any, table: ProgramTable) -> Any:
+        return self.model.prepare(params, table)
+
+    def log_time(self, context: Any, table: ProgramTable, states: EnvState) -> jax.Array:
+        mean, spread = self.model.log_time_with_spread(context, table, states)
+        return mean + self.beta * spread
+
+
 @struct.dataclass
 class RewardParams:
     """What a reward reads: the model's context and every program's unscheduled time."""
