@@ -282,7 +282,7 @@ def cmd_show(args) -> int:
         from mlirrl_jax.agent.agent import Agent
 
         agent = Agent.load(args.agent)
-        best = agent.scored_schedules([program], n=args.n)[0]
+        best = agent.scored_schedules([program], n=args.n, threads=args.threads)[0]
         for rank, scored in enumerate(best, 1):
             print(
                 f"\nagent schedule {rank}/{len(best)} ({args.agent}): predicted "
@@ -291,7 +291,11 @@ def cmd_show(args) -> int:
             )
         schedule = best[0].schedule
     elif args.schedule or args.heuristic:
-        schedule = Schedule.load(args.schedule) if args.schedule else heuristic_schedule(program)
+        schedule = (
+            Schedule.load(args.schedule)
+            if args.schedule
+            else heuristic_schedule(program, args.threads)
+        )
         print(f"\nschedule: {schedule.describe()}")
     if schedule is not None:
         print()
@@ -468,6 +472,10 @@ def _train(args) -> int:
         if args.resume:
             raise ValueError("a resumed run keeps its reward: drop --uncertainty-penalty")
         config = replace(config or AgentConfig(), uncertainty_penalty=args.uncertainty_penalty)
+    if args.train_threads is not None:
+        if args.resume:
+            raise ValueError("a resumed run keeps its thread counts: drop --train-threads")
+        config = replace(config or AgentConfig(), threads=args.train_threads)
     regrounding = _rounds(args)
     if regrounding is not None and regrounding.config is not None and not budget:
         # K iterations before each round and K after the last, whatever the config's budget
@@ -968,6 +976,12 @@ def build_parser() -> argparse.ArgumentParser:
         "-n", type=POSITIVE_INT, default=1, help="with --agent: the n best distinct schedules"
     )
     p.add_argument("--save", help="write the shown schedule's JSON to this file")
+    p.add_argument(
+        "--threads",
+        type=POSITIVE_INT,
+        default=1,
+        help="threads the kernel runs on: the agent's and the heuristic's schedule for them",
+    )
     p.set_defaults(func=cmd_show)
 
     p = sub.add_parser("train", help="train the PPO agent on the surrogate (simulated reward)")
@@ -984,6 +998,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         help="beta: the reward reads the surrogate's log time plus beta times its ensemble's "
         "spread (default 0: the mean; e.g. with --surrogate data/cost_model_multi)",
+    )
+    p.add_argument(
+        "--train-threads",
+        type=_thread_counts,
+        help="threads per kernel the agent trains at, e.g. 1,2: every train program once per "
+        "count, the count in the agent's observation (default: every count the surrogate was "
+        "fitted on)",
     )
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
     p.add_argument(

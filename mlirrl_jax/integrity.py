@@ -9,13 +9,13 @@ format of `sha256sum`, so `sha256sum -c FILE.sha256` checks it too.
 Loading verifies first, before any slow work; a damaged, missing or unreadable file is one
 `IntegrityError` (a ValueError: the CLI prints it as one line) naming the file and saying what
 to do. Artifacts saved before manifests existed carry none and load as before, unverified; the
-shipped ones (`data/agent`, `data/cost_model`, the Parquet files of `data/seed`) must carry
-theirs.
+shipped ones (`data/agent`, `data/cost_model_multi`, `data/cost_model`, the Parquet files of
+`data/seed`) must carry theirs.
 
 After changing the shipped data on purpose (a retrained agent copied into `data/agent`, a
-refitted surrogate into `data/cost_model`, a new seed export), seal it again::
+refitted surrogate into `data/cost_model_multi`, a new seed export), seal it again::
 
-    python -m mlirrl_jax.integrity seal data/agent data/cost_model data/seed
+    python -m mlirrl_jax.integrity seal data/agent data/cost_model_multi data/seed
 
 (a folder gets a manifest; the Parquet files of `data/seed` get sidecars, as `store export`
 writes them). `verify` in place of `seal` checks the same paths and prints the time it took.
@@ -35,13 +35,24 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from mlirrl_jax.runfolder import LOCK, write_atomic
-from mlirrl_jax.shipped import DATA, SHIPPED_AGENT, SHIPPED_SEEDS, SHIPPED_SURROGATE
+from mlirrl_jax.shipped import (
+    DATA,
+    SHIPPED_AGENT,
+    SHIPPED_SEEDS,
+    SHIPPED_SURROGATE,
+    SINGLE_MACHINE_SURROGATE,
+)
 
 MANIFEST = "checksums.json"
 SIDECAR = ".sha256"  # suffix of a single file's checksum
 FORMAT = "mlirrl-jax checksums 1"
 # folders that must carry a manifest (the seeds' folder: a sidecar per Parquet file)
-SHIPPED_FOLDERS = (SHIPPED_AGENT, SHIPPED_SURROGATE, SHIPPED_SEEDS)
+SHIPPED_FOLDERS = (
+    SHIPPED_AGENT,
+    SHIPPED_SURROGATE,
+    SINGLE_MACHINE_SURROGATE,
+    SHIPPED_SEEDS,
+)
 _HEX = re.compile(r"[0-9a-f]{64}")
 
 

@@ -160,7 +160,7 @@ def optimize(
         f"(surrogate of machine {agent.surrogate.machine_id or '-'}; this machine is "
         f"{machine_fingerprint()['machine_id']})"
     )
-    proposals = agent.scored_schedules([program], n=budget, seed=seed)[0]
+    proposals = agent.scored_schedules([program], n=budget, seed=seed, threads=threads)[0]
     heuristic = heuristic_schedule(program, threads)
     method = TimingMethod(seed=seed)
     measured: list[tuple[str, Measurement, float | None]] = []

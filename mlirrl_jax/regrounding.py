@@ -470,7 +470,7 @@ class Regrounding:
         c = self.config
         rng = np.random.default_rng([c.seed, round_])
         if self._evaluator is None:  # one table and compiled episodes for every round
-            self._evaluator = agent.evaluator(self.programs)
+            self._evaluator = agent.evaluator(self.programs, self.config.threads)
         evaluator, row_of = self._evaluator, {p.name: i for i, p in enumerate(self.programs)}
 
         def best(programs: list[Program], n: int = 1):

@@ -142,14 +142,18 @@ class Plan:
     predicted: dict = field(default_factory=dict)  # schedule hash -> predicted speedup
 
 
-def plan(agent: Agent, programs: list[Program], config: ValidationConfig) -> list[Plan]:
-    """Every method's schedules of every program, chosen by the agent and the surrogate alone."""
+def plan(
+    agent: Agent, programs: list[Program], config: ValidationConfig, threads: int = 1
+) -> list[Plan]:
+    """Every method's schedules of every program for kernels on `threads`, chosen by the agent
+    and the surrogate alone (the count is in the agent's observation and the surrogate's
+    features)."""
     k, random_n = config.budget, config.budget * config.random_factor
-    evaluator = agent.evaluator(programs)
+    evaluator = agent.evaluator(programs, threads)
     greedy = agent.scored_schedules(programs, n=1, evaluator=evaluator, seed=config.seed)
     topk = agent.scored_schedules(programs, n=k, evaluator=evaluator, seed=config.seed)
     reward_params = evaluator.prepare(agent.surrogate.params)
-    heuristic = np.exp(evaluator.heuristic(reward_params, agent.surrogate.threads))
+    heuristic = np.exp(evaluator.heuristic(reward_params, threads))
     draws = _random_draws(agent, evaluator, reward_params, programs, config)
     plans = []
     for i, program in enumerate(programs):
@@ -416,10 +420,9 @@ class Validation:
         say = (lambda text: print(text, file=sys.stderr, flush=True)) if self.progress else None
         if say:
             say(f"choosing schedules of {len(todo)} programs (agent, random, surrogate-ranked)")
-        plans: dict[int, list[Plan]] = {}  # per thread count; one plan per distinct agent
+        plans: dict[int, list[Plan]] = {}  # per thread count: the count is observed
         for t in self.config.threads:
-            same = [u for u in plans if self.agents[u] is self.agents[t]]
-            plans[t] = plans[same[0]] if same else plan(self.agents[t], todo, self.config)
+            plans[t] = plan(self.agents[t], todo, self.config, t)
         if say:
             say(f"  chosen in {time.perf_counter() - started:.0f} s; measuring on {self.machine}")
         store = None

@@ -392,3 +392,42 @@ def test_a_run_can_start_from_the_shipped_agents_policy(tmp_path):
     other = replace(config, network=replace(shipped.network, width=shipped.network.width * 2))
     with pytest.raises(RunError, match="network"):
         run_training(tmp_path / "other", other, progress=False, init_agent=SHIPPED_AGENT)
+
+
+def test_the_thread_count_in_the_observation_changes_the_parallel_tile_choice(programs):
+    """The same states at one and two threads per kernel: the observation carries the count
+    (and, per parallel tile, the share of the threads its chunks keep busy), so the policy's
+    parallel-tile head answers differently."""
+    from mlirrl_jax.actions import TILE_PARALLEL
+    from mlirrl_jax.env.observation import CANDIDATE_OBS
+
+    env = JaxEnv()
+    keys = jax.random.split(jax.random.PRNGKey(0), 16)
+    seen = {}
+    for threads in (1, 2):
+        table = encode_programs(programs, threads=threads)
+        params = env.reward.prepare(None, table)
+        _, timestep = env.reset(params, table, jnp.arange(table.n_programs), keys)
+        seen[threads] = timestep.observation
+    one, two = seen[1], seen[2]
+    legal = np.asarray(one.mask.kind[:, TILE_PARALLEL])
+    assert legal.any()
+    # the masks and every feature but the thread count's own are the same states' features
+    assert np.array_equal(np.asarray(one.mask.parallel_tile), np.asarray(two.mask.parallel_tile))
+    assert np.array_equal(np.asarray(one.loops), np.asarray(two.loops))
+    assert not np.array_equal(np.asarray(one.ops), np.asarray(two.ops))
+    busy = CANDIDATE_OBS - 1
+    offered = np.asarray(one.candidates[..., 1]) > 0
+    assert np.all(np.asarray(one.candidates[..., busy])[offered] == 1.0)  # one thread: always busy
+    assert np.any(np.asarray(two.candidates[..., busy])[offered] < 1.0)  # an odd chunk count
+    graphdef, net = build(NetworkConfig(), seed=1)
+    kind = jnp.full(len(legal), TILE_PARALLEL)
+
+    def parallel_tile_probabilities(obs):
+        network = nnx.merge(graphdef, net)
+        dist = distribution(network, network.encode(obs), obs, kind)
+        return np.asarray(jax.nn.softmax(dist.tiles, axis=-1))[legal]
+
+    p1, p2 = parallel_tile_probabilities(one), parallel_tile_probabilities(two)
+    assert np.allclose(p1.sum(-1), 1.0) and np.allclose(p2.sum(-1), 1.0)
+    assert np.abs(p1 - p2).max() > 1e-3

@@ -21,7 +21,12 @@ from mlirrl_jax.agent.agent import Agent
 from mlirrl_jax.agent.surrogate import load_surrogate
 from mlirrl_jax.cli import main
 from mlirrl_jax.integrity import IntegrityError
-from mlirrl_jax.shipped import SHIPPED_AGENT, SHIPPED_SEEDS, SHIPPED_SURROGATE
+from mlirrl_jax.shipped import (
+    SHIPPED_AGENT,
+    SHIPPED_SEEDS,
+    SHIPPED_SURROGATE,
+    SINGLE_MACHINE_SURROGATE,
+)
 from mlirrl_jax.store import MeasurementStore
 
 PROGRAM = "suite://dl-v0/conv2d_nhwc_n1_h226_w226_c3_f64_k3_s1_d1"
@@ -58,7 +63,7 @@ def one_error_line(capsys) -> str:
 
 @pytest.fixture
 def shipped_copies(tmp_path, monkeypatch):
-    """Copies of data/agent and data/cost_model that stand in for the shipped folders (which
+    """Copies of data/agent and data/cost_model_multi that stand in for the shipped folders (which
     must carry their manifests): relocated, read by the real load paths."""
     agent = shutil.copytree(SHIPPED_AGENT, tmp_path / "data" / "agent")
     surrogate = shutil.copytree(SHIPPED_SURROGATE, tmp_path / "data" / "cost_model")
@@ -69,7 +74,7 @@ def shipped_copies(tmp_path, monkeypatch):
 
 
 def test_shipped_folders_are_sealed_whole():
-    for folder in (SHIPPED_AGENT, SHIPPED_SURROGATE):
+    for folder in (SHIPPED_AGENT, SHIPPED_SURROGATE, SINGLE_MACHINE_SURROGATE):
         listed = set(integrity.listed(folder))
         every = {p.relative_to(folder).as_posix() for p in files_of(folder)}
         assert listed == every - {integrity.MANIFEST}, f"re-seal {folder}: see integrity.py"

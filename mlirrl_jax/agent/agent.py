@@ -79,10 +79,19 @@ class Agent:
         params = checkpoint.restore_params(run_dir, abstract(config.network)[1], meta)
         return cls(config, params, surrogate)
 
-    def evaluator(self, programs: list[Program]) -> Evaluator:
+    @property
+    def thread_counts(self) -> tuple[int, ...]:
+        """The thread counts it was trained at (each one in its observation)."""
+        return tuple(self.config.threads) or self.surrogate.thread_counts
+
+    def evaluator(self, programs: list[Program], threads: int | None = None) -> Evaluator:
         """Episode runners and scores on these programs (reusable across calls), on this
-        machine at the surrogate's thread count."""
-        table = encode_programs(programs, threads=self.surrogate.threads)
+        machine at `threads` per kernel (default: the surrogate's count). The count is in the
+        observation: an agent trained at it acts for it."""
+        threads = self.surrogate.threads if threads is None else int(threads)
+        if threads < 1:
+            raise ValueError(f"threads must be at least 1, got {threads}")
+        table = encode_programs(programs, threads=threads)
         return Evaluator(self.env, programs, self.graphdef, table)
 
     def scored_schedules(
@@ -93,18 +102,22 @@ class Agent:
         seed: int = 0,
         evaluator: Evaluator | None = None,
         rows: list[int] | None = None,
+        threads: int | None = None,
     ) -> list[list[Scored]]:
         """Per program, up to `n` distinct schedules with their predicted speedups, best
-        first: the greedy one (if `greedy`) and sampled ones, ranked by the surrogate.
-        `evaluator` (from `evaluator(programs)`) saves compiling again for the same programs;
-        `rows` then picks some of its programs (the answer is in their order)."""
+        first: the greedy one (if `greedy`) and sampled ones, ranked by the surrogate, for
+        kernels run on `threads` (default: the surrogate's count). `evaluator` (from
+        `evaluator(programs, threads)`) saves compiling again for the same programs; `rows`
+        then picks some of its programs (the answer is in their order)."""
         if n < 1:
             raise ValueError(f"n must be at least 1, got {n}")
         if not programs and evaluator is None:
             return []
         if evaluator is None:
             programs = [p if isinstance(p, Program) else load_program(p) for p in programs]
-            evaluator = self.evaluator(programs)
+            evaluator = self.evaluator(programs, threads)
+        elif threads is not None and int(np.asarray(evaluator.table.threads)[0]) != threads:
+            raise ValueError(f"the evaluator's table is not at {threads} thread(s)")
         programs = evaluator.programs
         chosen = np.arange(len(programs)) if rows is None else np.asarray(rows, np.int64)
         if not len(chosen):
@@ -131,14 +144,19 @@ class Agent:
         ]
 
     def schedules(
-        self, program_or_programs, n: int = 1, greedy: bool = True, seed: int = 0
+        self,
+        program_or_programs,
+        n: int = 1,
+        greedy: bool = True,
+        seed: int = 0,
+        threads: int | None = None,
     ) -> list[Schedule] | list[list[Schedule]]:
         """The agent's schedules of one program (a Program, a path or a URI: a list of up to
-        `n`) or of a list of programs (a list of such lists). `greedy` with n = 1: the most
-        likely schedule."""
+        `n`) or of a list of programs (a list of such lists), for kernels run on `threads`.
+        `greedy` with n = 1: the most likely schedule."""
         single = isinstance(program_or_programs, Program | str | os.PathLike)
         programs = [program_or_programs] if single else list(program_or_programs)
         programs = [p if isinstance(p, Program) else load_program(str(p)) for p in programs]
-        chosen = self.scored_schedules(programs, n, greedy, seed)
+        chosen = self.scored_schedules(programs, n, greedy, seed, threads=threads)
         out = [[s.schedule for s in per_program] for per_program in chosen]
         return out[0] if single else out

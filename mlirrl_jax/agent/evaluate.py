@@ -123,11 +123,15 @@ class Evaluator:
             self._jitted[name] = jax.jit(run)
         return self._jitted[name](reward_params, jnp.asarray(programs, jnp.int32), key)
 
-    def heuristic(self, reward_params, threads: int = 1) -> np.ndarray:
-        """(P,) the predicted log-speedup of the heuristic schedule at `threads` of every
-        program (its tile sizes need not be among the action space's candidates)."""
+    def heuristic(self, reward_params, threads: int | None = None) -> np.ndarray:
+        """(P,) the predicted log-speedup of the heuristic schedule of every program at
+        `threads` (None: at each row's own thread count in the table); its tile sizes need not
+        be among the action space's candidates."""
+        counts = np.asarray(self.table.threads) if threads is None else None
         states = [
-            state_of_schedule(p, heuristic_schedule(p, threads)).to_env_state(i)
+            state_of_schedule(
+                p, heuristic_schedule(p, int(counts[i]) if threads is None else threads)
+            ).to_env_state(i)
             for i, p in enumerate(self.programs)
         ]
         return self.score_states(reward_params, states)

@@ -66,6 +66,20 @@ def training_suites(config: AgentConfig, surrogate: Surrogate) -> tuple[str, ...
     return chosen
 
 
+def training_threads(config: AgentConfig, surrogate: Surrogate) -> tuple[int, ...]:
+    """The thread counts the run trains at: the config's, else every count the surrogate
+    was fitted on."""
+    return tuple(config.threads) or surrogate.thread_counts
+
+
+def encode_at_threads(programs: list[Program], threads: tuple[int, ...]):
+    """(the programs once per thread count, their table): each program at every count, the
+    count in the table (and so in the observation and the surrogate's features)."""
+    rows = [p for _ in threads for p in programs]
+    counts = [t for t in threads for _ in programs]
+    return rows, encode_programs(rows, threads=counts)
+
+
 def _start(out: Path, config: AgentConfig | None, resume: bool, budget: dict) -> AgentConfig:
     """The run's config: a new one (written to config.json), or on resume the run's own, its
     budget replaced by `budget` if given."""
@@ -119,7 +133,7 @@ def _baselines(out: Path, evaluator: Evaluator, reward_params, surrogate, config
         saved = json.loads(path.read_text())
         if saved.get("surrogate") == surrogate.identity:
             return saved
-    heuristic = evaluator.heuristic(reward_params, surrogate.threads)
+    heuristic = evaluator.heuristic(reward_params)  # at each row's thread count
     random_best = evaluator.random_best(
         reward_params, config.eval_random_schedules, jax.random.PRNGKey(config.seed)
     )
@@ -133,14 +147,21 @@ def _baselines(out: Path, evaluator: Evaluator, reward_params, surrogate, config
     return saved
 
 
-def evaluation_row(names: list[str], agent: np.ndarray, baselines: dict, config) -> dict:
+def evaluation_row(
+    names: list[str], agent: np.ndarray, baselines: dict, config, threads=None
+) -> dict:
     """Geomean predicted speedups of the agent, the heuristic and random search: over all the
-    test programs and per suite."""
+    test rows, per suite and (where `threads`, each row's count, holds several) per thread
+    count."""
     random_key = f"random_best_of_{config.eval_random_schedules}"
     heuristic, random_best = np.asarray(baselines["heuristic"]), np.asarray(baselines[random_key])
     groups = {"all": np.ones(len(names), bool)}
     for suite in sorted({suite_of(n) for n in names}):
         groups[suite] = np.array([suite_of(n) == suite for n in names])
+    counts = np.asarray(threads if threads is not None else np.ones(len(names)), np.int64)
+    if len(set(counts.tolist())) > 1:
+        for t in sorted(set(counts.tolist())):
+            groups[f"{t} thread(s)"] = counts == t
     return {
         group: {
             "programs": int(rows.sum()),
@@ -198,9 +219,11 @@ def run_training(
     here = machine_fingerprint()["machine_id"]
     chosen_suites = training_suites(config, surrogate)
     say = (lambda text: print(text, file=sys.stderr, flush=True)) if progress else (lambda t: None)
+    threads = training_threads(config, surrogate)
     say(
         f"reward: {surrogate.identity.get('kind')} {surrogate.path} (machine "
-        f"{surrogate.machine_id or '-'}; this machine is {here}); suites {list(chosen_suites)}"
+        f"{surrogate.machine_id or '-'}; this machine is {here}); suites {list(chosen_suites)}; "
+        f"at {', '.join(map(str, threads))} thread(s)"
     )
     meta = checkpoint.load_meta(out) if resume else {}
     train_programs = load_programs(TRAIN, chosen_suites, progress)
@@ -218,8 +241,8 @@ def run_training(
     test_programs = load_programs(TEST, chosen_suites, progress) if config.eval_every else []
     if config.eval_every and not test_programs:
         say(f"the suites {list(chosen_suites)} have no test programs: no evaluation")
-    table = encode_programs(train_programs, threads=surrogate.threads)
-    trainer = make_train(config, surrogate.model, table, np.arange(len(train_programs)))
+    train_rows, table = encode_at_threads(train_programs, threads)
+    trainer = make_train(config, surrogate.model, table, np.arange(len(train_rows)))
     steps_per_iteration = config.envs * config.steps
     trained_s = meta.get("trained_seconds", 0.0)
 
@@ -236,16 +259,10 @@ def run_training(
             if (out / "summary.json").is_file()
             else {}
         )
-    evaluator = (
-        Evaluator(
-            trainer.env,
-            test_programs,
-            trainer.graphdef,
-            encode_programs(test_programs, threads=surrogate.threads),
-        )
-        if test_programs
-        else None
-    )
+    test_rows, evaluator = [], None
+    if test_programs:
+        test_rows, test_table = encode_at_threads(test_programs, threads)
+        evaluator = Evaluator(trainer.env, test_rows, trainer.graphdef, test_table)
     test_reward = evaluator.prepare(surrogate.params) if evaluator else None
     say(
         f"{len(train_programs)} train programs, {len(test_programs)} test programs; "
@@ -253,7 +270,8 @@ def run_training(
         f"{trainer.devices} device(s)"
     )
     baselines = _baselines(out, evaluator, test_reward, surrogate, config) if evaluator else {}
-    names = [p.name for p in test_programs]
+    names = [p.name for p in test_rows]
+    row_threads = np.asarray(evaluator.table.threads) if evaluator else None
 
     key = jax.random.PRNGKey(config.seed)
     if resume:
@@ -282,7 +300,7 @@ def run_training(
 
     def evaluate(row: dict) -> None:  # on one device, the evaluator's
         agent = evaluator.greedy(jax.device_put(state.params, jax.devices()[0]), test_reward)
-        row["test"] = evaluation_row(names, agent, baselines, config)
+        row["test"] = evaluation_row(names, agent, baselines, config, row_threads)
 
     checkpoint.save(out, state, checkpoint_meta())  # resumable from the first moment
     compile_started = time.perf_counter()
@@ -360,6 +378,7 @@ def run_training(
         "splits_version": SPLITS_VERSION,
         "train_programs": len(train_programs),
         "test_programs": len(test_programs),
+        "threads": list(threads),
         "test": final.get("test", {}),
     }
     write_atomic(out / "summary.json", json.dumps(summary, indent=1))

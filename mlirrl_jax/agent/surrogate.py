@@ -25,6 +25,7 @@ class Surrogate:
     identity: dict
     suites: tuple[str, ...]  # the suites whose train split it was fitted on (or trains on)
     path: str = ""
+    fitted_threads: tuple[int, ...] = ()  # the thread counts of the rows it was fitted on
 
     @property
     def machine_id(self) -> str:
@@ -34,6 +35,11 @@ class Surrogate:
     def threads(self) -> int:
         """The threads per kernel of the rows it was last fitted or updated on."""
         return int(self.identity.get("threads", 1))
+
+    @property
+    def thread_counts(self) -> tuple[int, ...]:
+        """Every thread count its rows held (its predictions are measured ones only there)."""
+        return self.fitted_threads or (self.threads,)
 
 
 def load_surrogate(spec: str = "") -> Surrogate:
@@ -51,4 +57,5 @@ def load_surrogate(spec: str = "") -> Surrogate:
         identity={"kind": "surrogate", "path": str(path.resolve()), **model.identity},
         suites=tuple(model.meta.get("suites") or DEFAULT_SUITES),
         path=str(path.resolve()),
+        fitted_threads=tuple(sorted(int(t) for t in model.meta.get("thread_counts") or ())),
     )

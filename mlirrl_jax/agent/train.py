@@ -104,6 +104,9 @@ class AgentConfig:
     slower; 0: the mean alone. Needs a surrogate with an ensemble to have an effect."""
     suites: tuple[str, ...] = ()
     """Suites whose train split the agent trains on (empty: those the surrogate was fitted on)."""
+    threads: tuple[int, ...] = ()
+    """Threads per kernel the agent trains at: every train program once per count, the count
+    in its observation (empty: every count the surrogate was fitted on)."""
 
     def __post_init__(self):
         if self.reward not in REWARDS:
@@ -120,6 +123,10 @@ class AgentConfig:
             raise ValueError(
                 f"uncertainty_penalty must be at least 0, got {self.uncertainty_penalty}"
             )
+        if any(int(t) != t or t < 1 for t in self.threads) or len(set(self.threads)) != len(
+            self.threads
+        ):
+            raise ValueError(f"threads must be distinct whole numbers >= 1, got {self.threads}")
         if self.eval_every < 0 or self.eval_random_schedules < 1:
             raise ValueError("eval_every must be >= 0 and eval_random_schedules >= 1")
         if not 1 <= self.max_episode_steps <= MAX_EPISODE_STEPS:
@@ -138,6 +145,7 @@ class AgentConfig:
     def to_json(self) -> dict:
         out = asdict(self)
         out["suites"] = list(self.suites)
+        out["threads"] = list(self.threads)
         return out
 
     @classmethod
@@ -157,8 +165,9 @@ class AgentConfig:
                     f"unknown network config keys {unknown}; known: {sorted(network_keys)}"
                 )
             values["network"] = NetworkConfig(**values["network"])
-        if "suites" in values:
-            values["suites"] = tuple(values["suites"])
+        for name in ("suites", "threads"):
+            if name in values:
+                values[name] = tuple(values[name])
         return cls(**values)
 
     def dumps(self) -> str:

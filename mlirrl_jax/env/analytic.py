@@ -20,9 +20,11 @@ BANDWIDTH = 20e9  # bytes per second from memory
 CACHE_BYTES = 1 << 20
 
 
-def analytic_log_time(table: ProgramTable, state: EnvState, threads: int = 1) -> jax.Array:
-    """Predicted natural-log run time (seconds) of the program under the state's schedule."""
+def analytic_log_time(table: ProgramTable, state: EnvState, threads: int = 0) -> jax.Array:
+    """Predicted natural-log run time (seconds) of the program under the state's schedule, on
+    `threads` (0: the program's own count in the table)."""
     p = state.program
+    threads = jnp.where(threads > 0, threads, table.threads[p]).astype(jnp.float32)
     valid = table.loop_valid[p]
     points = jnp.prod(jnp.where(valid, table.extents[p], 1).astype(jnp.float32), axis=1)
     flops = points * jnp.maximum(table.arith[p].sum(axis=1), 1.0)
@@ -44,7 +46,7 @@ def analytic_log_time(table: ProgramTable, state: EnvState, threads: int = 1) ->
     owner = jnp.where(
         state.fused_into >= 0, state.fused_into, jnp.arange(state.fused_into.shape[0])
     )
-    speedup = jnp.minimum(jnp.float32(threads), chunks[owner].astype(jnp.float32))
+    speedup = jnp.minimum(threads, chunks[owner].astype(jnp.float32))
     time = (flops / rate + memory) / speedup
     total = jnp.sum(jnp.where(table.op_valid[p], time, 0.0))
     return jnp.log(total + 1e-9)

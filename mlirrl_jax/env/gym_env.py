@@ -89,7 +89,7 @@ class MlirRlEnv(gym.Env):
         render_mode: str | None = None,
     ):
         self.programs = [p if isinstance(p, Program) else load_program(p) for p in programs]
-        self.table = encode_programs(self.programs)
+        self.table = encode_programs(self.programs, threads=threads)  # the count is observed
         self.runner = runner or Runner()
         self.threads = threads
         self.method = method or TimingMethod()

@@ -32,20 +32,23 @@ from mlirrl_jax.env.state import (
 
 # Bump when anything below changes what a policy sees: checkpoints of older versions refuse
 # to load (`agent.checkpoint`).
-OBSERVATION_VERSION = 3
+OBSERVATION_VERSION = 4
 # per op: kind, body ops, log points / work / bytes, loops, reduction loops; where the cursor
 # is; its phase, tilings, parallel tile, fusion, interchange, decomposition, vectorization,
-# partial tile, packed, packable, vector points; producer / consumer of the current op; its loops' whole and current extents;
-# episode progress (shared by every op)
-OP_OBS = len(OP_KINDS) + len(ARITH_KINDS) + 5 + 3 + N_PHASES + 11 + 2 + 2 * MAX_LOOPS + 3
+# partial tile, packed, packable, vector points; producer / consumer of the current op; its
+# loops' whole and current extents; episode progress and the threads a kernel runs on (shared
+# by every op)
+OP_OBS = len(OP_KINDS) + len(ARITH_KINDS) + 5 + 3 + N_PHASES + 11 + 2 + 2 * MAX_LOOPS + 4
 # per loop of the current op: valid, alive, reduction, sliding-window roles, whole / current /
 # parallel / tile extents, position, interchange progress, how it walks each operand
 LOOP_OBS = 5 + 3 + MAX_TILE_LEVELS + 3 + 3 * MAX_OPERANDS
 # per tile choice: "no tiling"; log2 size and log2 share of the loop's extent, and their
 # squares (a loop's weights over them can prefer mid-sized tiles); multiple of 8 and of 16
 # (vector lanes), size 1; whether it divides the loop's current extent, and the share of its
-# last tile a remainder leaves idle
-CANDIDATE_OBS = 10
+# last tile a remainder leaves idle; as a parallel tile, the share of the threads its chunks
+# keep busy
+CANDIDATE_OBS = 11
+THREADS_SCALE = 2.0  # log2 of the threads, scaled: 1 thread 0, 2 threads 0.5, 4 threads 1
 
 
 @struct.dataclass
@@ -90,8 +93,9 @@ def _op_tokens(table: ProgramTable, state: EnvState, max_steps: int) -> jax.Arra
     work = jnp.maximum(table.arith[p].sum(axis=1), 1.0) * points
     ops = jnp.arange(MAX_OPS)
     vector_points = jnp.prod(jnp.where(state.alive, state.extents, 1).astype(jnp.float32), 1)
+    threads = jnp.log2(jnp.maximum(table.threads[p], 1).astype(jnp.float32)) / THREADS_SCALE
     progress = jnp.stack(
-        [state.ix_count / MAX_LOOPS, state.steps / max_steps, table.n_ops[p] / MAX_OPS]
+        [state.ix_count / MAX_LOOPS, state.steps / max_steps, table.n_ops[p] / MAX_OPS, threads]
     ).astype(jnp.float32)
     tokens = jnp.concatenate(
         [
@@ -121,7 +125,7 @@ def _op_tokens(table: ProgramTable, state: EnvState, max_steps: int) -> jax.Arra
             (ops == table.fusion_consumer[p, c])[:, None],  # the current op's consumer
             _log2(jnp.where(valid, extents, 0)),
             _log2(jnp.where(valid, state.extents, 0)),
-            jnp.broadcast_to(progress, (MAX_OPS, 3)),
+            jnp.broadcast_to(progress, (MAX_OPS, 4)),
         ],
         axis=1,
     ).astype(jnp.float32)
@@ -177,6 +181,11 @@ def _candidate_features(table: ProgramTable, state: EnvState) -> jax.Array:
     size = jnp.where(offered, jnp.log2(jnp.maximum(sizes, 1.0)) / 8.0, 0.0)
     share = jnp.where(offered, jnp.log2(jnp.maximum(sizes, 1.0) / extents) / 8.0, 0.0)
     none = jnp.broadcast_to(jnp.arange(N_TILE_CHOICES) == 0, sizes.shape)
+    # a parallel tile of this size splits the loop into `chunks`, run `threads` at a time:
+    # the share of the threads' turns that hold a chunk (1 at one thread)
+    threads = jnp.maximum(table.threads[p], 1).astype(jnp.float32)
+    chunks = jnp.ceil(extents / jnp.maximum(sizes, 1.0))
+    busy = chunks / (jnp.ceil(chunks / threads) * threads)
     features = [
         none,
         size,
@@ -189,6 +198,7 @@ def _candidate_features(table: ProgramTable, state: EnvState) -> jax.Array:
         # whether the tiles are whole, and how much of the last one a remainder leaves idle
         offered & (state.extents[c][:, None] % jnp.maximum(whole, 1) == 0),
         jnp.where(offered, (-extents % jnp.maximum(sizes, 1.0)) / jnp.maximum(sizes, 1.0), 0.0),
+        jnp.where(offered, busy, 0.0),
     ]
     return jnp.stack([f.astype(jnp.float32) for f in features], axis=-1)
 

@@ -37,9 +37,10 @@ class LogTimeModel(Protocol):
 
 @dataclass(frozen=True)
 class AnalyticLogTime:
-    """The roofline stand-in (`env/analytic.py`) as a `LogTimeModel`; it has no parameters."""
+    """The roofline stand-in (`env/analytic.py`) as a `LogTimeModel`; it has no parameters.
+    `threads` 0 reads each program's thread count from the table."""
 
-    threads: int = 1
+    threads: int = 0
 
     def prepare(self, params: Any, table: ProgramTable) -> Any:
         return ()
