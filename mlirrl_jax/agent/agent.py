@@ -27,6 +27,8 @@ from mlirrl_jax.programs.ir import Program, load_program
 from mlirrl_jax.schedule import Schedule
 
 SAMPLES_PER_SCHEDULE = 8  # sampled episodes per schedule asked for, before removing repeats
+# the policy's own distributions first, then flatter ones while a program lacks distinct ones
+SAMPLING_TEMPERATURES = (1.0, 2.0, 4.0)
 MIN_ROWS = 64
 
 
@@ -129,16 +131,30 @@ class Agent:
         if greedy:
             key = jax.random.PRNGKey(seed)
             runs.append(evaluator.episodes(self.params, reward_params, padded, key, True))
-        if n > 1 or not greedy:
-            repeated = np.resize(chosen, _bucket(len(chosen) * SAMPLES_PER_SCHEDULE * n))
-            key = jax.random.PRNGKey(seed + 1)
-            runs.append(evaluator.episodes(self.params, reward_params, repeated, key, False))
-        for episodes in runs:
+
+        def collect(episodes) -> None:
             actions, steps = np.asarray(episodes.actions), np.asarray(episodes.steps)
             speedups = np.exp(np.asarray(episodes.log_speedup))
             for i, row in enumerate(np.asarray(episodes.states.program)):
                 schedule, _ = replay(programs[row], actions[i, : steps[i]])
                 found[int(row)].setdefault(schedule.hash, Scored(schedule, float(speedups[i])))
+
+        for episodes in runs:
+            collect(episodes)
+        if n > 1 or not greedy:
+            # a sharp policy repeats itself: the programs still short of n distinct schedules
+            # are sampled again from flatter distributions
+            for attempt, temperature in enumerate(SAMPLING_TEMPERATURES):
+                short = [int(r) for r in chosen if len(found[int(r)]) < n]
+                if not short:
+                    break
+                repeated = np.resize(short, _bucket(len(short) * SAMPLES_PER_SCHEDULE * n))
+                key = jax.random.PRNGKey(seed + 1 + attempt)
+                collect(
+                    evaluator.episodes(
+                        self.params, reward_params, repeated, key, False, temperature
+                    )
+                )
         return [
             sorted(found[int(r)].values(), key=lambda s: -s.predicted_speedup)[:n] for r in chosen
         ]

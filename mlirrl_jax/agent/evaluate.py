@@ -37,9 +37,11 @@ def greedy_policy(graphdef, params):
     return lambda key, observations: act(graphdef, params, observations, key, greedy=True)[0]
 
 
-def sampling_policy(graphdef, params):
-    """An action sampled from the network per observation (a `BatchPolicy`)."""
-    return lambda key, observations: act(graphdef, params, observations, key)[0]
+def sampling_policy(graphdef, params, temperature: float = 1.0):
+    """An action sampled from the network per observation (a `BatchPolicy`), at `temperature`."""
+    return lambda key, observations: act(
+        graphdef, params, observations, key, temperature=temperature
+    )[0]
 
 
 @dataclass
@@ -67,16 +69,21 @@ class Evaluator:
             self._jitted["prepare"] = jax.jit(self.env.reward.prepare)
         return self._jitted["prepare"](model_params, self.table)
 
-    def episodes(self, params, reward_params, programs, key, greedy: bool) -> Episodes:
-        """The agent's episodes on table rows `programs` (greedy or sampled)."""
-        name = "greedy" if greedy else "sampled"
+    def episodes(
+        self, params, reward_params, programs, key, greedy: bool, temperature: float = 1.0
+    ) -> Episodes:
+        """The agent's episodes on table rows `programs` (greedy, or sampled at
+        `temperature`)."""
+        name = "greedy" if greedy else f"sampled_{temperature}"
         if name not in self._jitted:
-            make = greedy_policy if greedy else sampling_policy
 
             def run(params, reward_params, programs, key):
-                return run_episodes(
-                    self.env, make(self.graphdef, params), reward_params, self.table, programs, key
+                policy = (
+                    greedy_policy(self.graphdef, params)
+                    if greedy
+                    else sampling_policy(self.graphdef, params, temperature)
                 )
+                return run_episodes(self.env, policy, reward_params, self.table, programs, key)
 
             self._jitted[name] = jax.jit(run)
         return self._jitted[name](params, reward_params, jnp.asarray(programs, jnp.int32), key)

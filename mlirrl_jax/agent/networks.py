@@ -238,10 +238,17 @@ def log_prob_entropy(dist: ActionDistribution, action: jax.Array) -> tuple[jax.A
 
 
 def act(
-    graphdef, params, obs: Observation, key: jax.Array, greedy: bool = False
+    graphdef,
+    params,
+    obs: Observation,
+    key: jax.Array,
+    greedy: bool = False,
+    temperature: float = 1.0,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Sample (or, `greedy`, take the most likely) actions for a batch of observations:
-    (actions (B, ACTION_WIDTH) int32, their log-probabilities, the values)."""
+    (actions (B, ACTION_WIDTH) int32, their log-probabilities, the values). A `temperature`
+    above 1 samples from flattened distributions (masked choices stay impossible); the
+    log-probabilities are the policy's own."""
     network = nnx.merge(graphdef, params)
     encoding = network.encode(obs)
     kind_key, tile_key, pointer_key = jax.random.split(key, 3)
@@ -249,14 +256,14 @@ def act(
     kind = (
         jnp.argmax(kind_logits, axis=-1)
         if greedy
-        else jax.random.categorical(kind_key, kind_logits, axis=-1)
+        else jax.random.categorical(kind_key, kind_logits / temperature, axis=-1)
     )
     dist = distribution(network, encoding, obs, kind)
     if greedy:
         tiles, pointer = jnp.argmax(dist.tiles, axis=-1), jnp.argmax(dist.pointer, axis=-1)
     else:
-        tiles = jax.random.categorical(tile_key, dist.tiles, axis=-1)
-        pointer = jax.random.categorical(pointer_key, dist.pointer, axis=-1)
+        tiles = jax.random.categorical(tile_key, dist.tiles / temperature, axis=-1)
+        pointer = jax.random.categorical(pointer_key, dist.pointer / temperature, axis=-1)
     action = jnp.concatenate([kind[..., None], pointer[..., None], tiles], axis=-1)
     action = action.astype(jnp.int32)
     log_prob, _ = log_prob_entropy(dist, action)
