@@ -514,3 +514,37 @@ def test_a_schedule_off_the_action_space_is_read_as_the_state_it_describes(tmp_p
         assert np.array_equal(getattr(data.states, name)[row], getattr(expected, name)), name
     assert np.all(np.isfinite(predict_dataset(AnalyticModel(), data)))
     assert not np.allclose(data.features.loop_features[0], data.features.loop_features[1])
+
+
+def test_a_schedule_without_a_parallel_loop_is_predicted_at_one_thread():
+    """A kernel with no parallel loop runs on one thread whatever the threads per kernel: the
+    surrogate predicts it as at one thread, in the environment's form (per-program
+    embeddings) and in the fit's (whole features) alike; a parallel schedule still reads the
+    threads."""
+    from mlirrl_jax.env.features import runs_on_one_thread
+    from mlirrl_jax.env.replay import state_of_schedule
+    from mlirrl_jax.env.state import encode_programs
+    from mlirrl_jax.heuristics import heuristic_schedule
+    from mlirrl_jax.programs.ir import load_program
+    from mlirrl_jax.schedule import Schedule
+    from mlirrl_jax.shipped import SHIPPED_SURROGATE
+
+    model = CostModel.load(SHIPPED_SURROGATE)
+    program = load_program("suite://dl-v0/matmul_bias_relu_m16_n2048_k4096")
+    schedules = [Schedule(), heuristic_schedule(program, threads=1)]
+    schedules.append(heuristic_schedule(program, threads=2))
+    states = jax.tree.map(
+        lambda *a: np.stack(a),
+        *[state_of_schedule(program, s).to_env_state(0) for s in schedules],
+    )
+    sequential = np.asarray(jax.vmap(runs_on_one_thread)(states))
+    assert sequential.tolist() == [True, True, False]
+    one, two = (encode_programs([program], threads=t) for t in (1, 2))
+    at_one, at_two = (np.asarray(model.predict(t, states)) for t in (one, two))
+    assert np.allclose(at_one[:2], at_two[:2], atol=1e-6)
+    assert abs(at_one[2] - at_two[2]) > 1e-3
+    whole = model.predict_features(jax.vmap(features, in_axes=(None, 0))(two, states))
+    assert np.allclose(np.asarray(whole), at_two, atol=1e-4)
+    surrogate = model.log_time_model
+    pure = jax.jit(surrogate.log_time)(surrogate.prepare(model.params, two), two, states)
+    assert np.allclose(np.asarray(pure), at_two, atol=1e-4)

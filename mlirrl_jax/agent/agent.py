@@ -148,7 +148,8 @@ class Agent:
                 short = [int(r) for r in chosen if len(found[int(r)]) < n]
                 if not short:
                     break
-                repeated = np.resize(short, _bucket(len(short) * SAMPLES_PER_SCHEDULE * n))
+                # one batch size for every attempt (one compile): the short programs share it
+                repeated = np.resize(short, _bucket(len(chosen) * SAMPLES_PER_SCHEDULE * n))
                 key = jax.random.PRNGKey(seed + 1 + attempt)
                 collect(
                     evaluator.episodes(

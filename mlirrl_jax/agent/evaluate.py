@@ -74,10 +74,10 @@ class Evaluator:
     ) -> Episodes:
         """The agent's episodes on table rows `programs` (greedy, or sampled at
         `temperature`)."""
-        name = "greedy" if greedy else f"sampled_{temperature}"
+        name = "greedy" if greedy else "sampled"  # the temperature is an argument: one compile
         if name not in self._jitted:
 
-            def run(params, reward_params, programs, key):
+            def run(params, reward_params, programs, key, temperature):
                 policy = (
                     greedy_policy(self.graphdef, params)
                     if greedy
@@ -86,7 +86,9 @@ class Evaluator:
                 return run_episodes(self.env, policy, reward_params, self.table, programs, key)
 
             self._jitted[name] = jax.jit(run)
-        return self._jitted[name](params, reward_params, jnp.asarray(programs, jnp.int32), key)
+        return self._jitted[name](
+            params, reward_params, jnp.asarray(programs, jnp.int32), key, jnp.float32(temperature)
+        )
 
     def greedy(self, params, reward_params) -> np.ndarray:
         """(P,) the greedy agent's predicted log-speedup on every program."""

@@ -99,6 +99,21 @@ def machine_features(table: ProgramTable) -> jax.Array:
     ).astype(jnp.float32)
 
 
+# the static op column of the kernel's threads (the last of `machine_features`)
+THREADS_COLUMN = STATIC_OP_FEATURES - 1
+
+
+def runs_on_one_thread(state: EnvState) -> jax.Array:
+    """Whether a schedule has no parallel loop: its kernel then runs on one thread, whatever
+    the threads per kernel, and its features say one thread (the unscheduled program too)."""
+    return ~jnp.any(state.parallel_sizes > 0)
+
+
+def at_one_thread(static_op: jax.Array) -> jax.Array:
+    """Static op features (..., STATIC_OP_FEATURES) with the threads column at one thread."""
+    return static_op.at[..., THREADS_COLUMN].set(0.0)
+
+
 def static_features(table: ProgramTable) -> tuple[jax.Array, jax.Array]:
     """The per-program part of the features, computed once when programs are encoded:
     (P, MAX_OPS, STATIC_OP_FEATURES) and (P, MAX_OPS, MAX_LOOPS, STATIC_LOOP_FEATURES)."""
@@ -365,10 +380,13 @@ def dynamic_features(table: ProgramTable, state: EnvState) -> Features:
 
 def features(table: ProgramTable, state: EnvState) -> Features:
     """Per-op and per-loop features of one environment's program and schedule: the table's
-    per-program columns, then `dynamic_features` (padding rows are zero in both)."""
+    per-program columns, then `dynamic_features` (padding rows are zero in both). A schedule
+    without a parallel loop reads as one thread (`runs_on_one_thread`)."""
     dynamic = dynamic_features(table, state)
+    static_op = table.static_op[state.program]
+    static_op = jnp.where(runs_on_one_thread(state), at_one_thread(static_op), static_op)
     return dynamic.replace(
-        op_features=jnp.concatenate([table.static_op[state.program], dynamic.op_features], -1),
+        op_features=jnp.concatenate([static_op, dynamic.op_features], -1),
         loop_features=jnp.concatenate(
             [table.static_loop[state.program], dynamic.loop_features], -1
         ),
