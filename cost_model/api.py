@@ -36,7 +36,7 @@ from cost_model.model import (
 )
 from cost_model.train import TrainConfig, fit
 from mlirrl_jax import integrity
-from mlirrl_jax.env.features import at_one_thread, dynamic_features, features, runs_on_one_thread
+from mlirrl_jax.env.features import at_one_thread, dynamic_features, features, ops_on_one_thread
 from mlirrl_jax.env.reward import AnalyticLogTime
 from mlirrl_jax.env.state import EnvState, ProgramTable, slot_sizes, trim_ops, trim_table
 from mlirrl_jax.host_devices import on_each_device
@@ -63,8 +63,10 @@ def predict_member_log_times(
     batch = jax.vmap(dynamic_features, in_axes=(None, 0))(table, states)
     if embeddings is None:
         embeddings = table_embeddings(graphdef, params, table)
-    # rows P.. of the embeddings are the programs at one thread (`runs_on_one_thread`)
-    rows = states.program + table.n_programs * jax.vmap(runs_on_one_thread)(states)
+    # rows P.. of the embeddings are the programs at one thread: each op of a state takes
+    # those where it runs outside every parallel loop (`ops_on_one_thread`)
+    one = jax.vmap(ops_on_one_thread)(states)[:, : table.static_op.shape[1]]
+    rows = states.program[:, None] + table.n_programs * one
     return apply_members_with_static(
         graphdef, params, jax.lax.optimization_barrier(batch), embeddings, rows
     )
@@ -86,7 +88,7 @@ def mean_and_spread(members: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 def table_embeddings(graphdef, params, table: ProgramTable):
     """The network's per-program first-layer part for every program of `table`, then for
-    every program at one thread (what a schedule without a parallel loop reads): (members,
+    every program at one thread (what an op outside every parallel loop reads): (members,
     2P, ...). None for a loop-token network, which has none."""
     if "loop_in" in params:
         return None

@@ -192,7 +192,14 @@ def apply_members_with_static(
     graphdef, params, features: Features, embeddings, program
 ) -> jax.Array:
     """`apply_members` with the first layer's per-program part looked up in `embeddings` (from
-    `static_embeddings`) by each row's `program` index; the same values, less work per state."""
-    return jax.vmap(lambda p, e: nnx.merge(graphdef, p)(features, static_embedding=e[program]))(
+    `static_embeddings`) by each row's `program` index, (B,), or by each row's index per op
+    slot, (B, op slots); the same values, less work per state."""
+
+    def lookup(e):
+        if program.ndim == 1:
+            return e[program]
+        return e[program, jnp.arange(program.shape[1])]
+
+    return jax.vmap(lambda p, e: nnx.merge(graphdef, p)(features, static_embedding=lookup(e)))(
         params, embeddings
     )

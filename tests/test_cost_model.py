@@ -516,12 +516,12 @@ def test_a_schedule_off_the_action_space_is_read_as_the_state_it_describes(tmp_p
     assert not np.allclose(data.features.loop_features[0], data.features.loop_features[1])
 
 
-def test_a_schedule_without_a_parallel_loop_is_predicted_at_one_thread():
-    """A kernel with no parallel loop runs on one thread whatever the threads per kernel: the
-    surrogate predicts it as at one thread, in the environment's form (per-program
-    embeddings) and in the fit's (whole features) alike; a parallel schedule still reads the
-    threads."""
-    from mlirrl_jax.env.features import runs_on_one_thread
+def test_an_op_outside_every_parallel_loop_is_predicted_at_one_thread():
+    """An op with no parallel loop (of its own or of the consumer it is fused into) runs on
+    one thread whatever the threads per kernel: the surrogate reads it as at one thread, in
+    the environment's form (per-program embeddings) and in the fit's (whole features) alike;
+    a parallel op still reads the threads."""
+    from mlirrl_jax.env.features import THREADS_COLUMN, ops_on_one_thread
     from mlirrl_jax.env.replay import state_of_schedule
     from mlirrl_jax.env.state import encode_programs
     from mlirrl_jax.heuristics import heuristic_schedule
@@ -530,21 +530,34 @@ def test_a_schedule_without_a_parallel_loop_is_predicted_at_one_thread():
     from mlirrl_jax.shipped import SHIPPED_SURROGATE
 
     model = CostModel.load(SHIPPED_SURROGATE)
-    program = load_program("suite://dl-v0/matmul_bias_relu_m16_n2048_k4096")
+    program = load_program("suite://dl-v0/conv2d_nhwc_n1_h9_w9_c256_f512_k3_s1_d1")
+    conv = {"op": 1, "transforms": [{"kind": "tile", "sizes": [0, 0, 0, 16, 1, 1, 16]}]}
+    fill = {"op": 0, "transforms": [{"kind": "tile_parallel", "sizes": [0, 0, 0, 128]}]}
     schedules = [Schedule(), heuristic_schedule(program, threads=1)]
-    schedules.append(heuristic_schedule(program, threads=2))
+    schedules.append(heuristic_schedule(program, threads=2))  # the convolution parallel
+    schedules.append(Schedule.from_json({"format": 1, "ops": [conv, fill]}))  # the fill alone
     states = jax.tree.map(
         lambda *a: np.stack(a),
         *[state_of_schedule(program, s).to_env_state(0) for s in schedules],
     )
-    sequential = np.asarray(jax.vmap(runs_on_one_thread)(states))
-    assert sequential.tolist() == [True, True, False]
+    one_thread = np.asarray(jax.vmap(ops_on_one_thread)(states))[:, :2]
+    # the heuristic leaves the fill (op 0) alone: it runs on one thread
+    assert one_thread.tolist() == [[True, True], [True, True], [True, False], [False, True]]
+    # a producer fused into a parallel consumer, or into one fused into it, runs in parallel
+    chain = jax.tree.map(lambda a: jnp.asarray(a[0]), states)
+    chain = chain.replace(
+        parallel_sizes=chain.parallel_sizes.at[2, 0].set(4),
+        fused_into=chain.fused_into.at[0].set(1).at[1].set(2),
+    )
+    assert np.asarray(ops_on_one_thread(chain))[:4].tolist() == [False, False, False, True]
     one, two = (encode_programs([program], threads=t) for t in (1, 2))
+    whole = jax.vmap(features, in_axes=(None, 0))(two, states)
+    threads = np.asarray(whole.op_features)[:, :2, THREADS_COLUMN]
+    assert np.array_equal(threads == 0, one_thread) and threads.max() > 0
     at_one, at_two = (np.asarray(model.predict(t, states)) for t in (one, two))
-    assert np.allclose(at_one[:2], at_two[:2], atol=1e-6)
-    assert abs(at_one[2] - at_two[2]) > 1e-3
-    whole = model.predict_features(jax.vmap(features, in_axes=(None, 0))(two, states))
-    assert np.allclose(np.asarray(whole), at_two, atol=1e-4)
+    assert np.allclose(at_one[:2], at_two[:2], atol=1e-6)  # nothing parallel
+    assert np.all(np.abs(at_one[2:] - at_two[2:]) > 1e-4)
+    assert np.allclose(np.asarray(model.predict_features(whole)), at_two, atol=1e-4)
     surrogate = model.log_time_model
     pure = jax.jit(surrogate.log_time)(surrogate.prepare(model.params, two), two, states)
     assert np.allclose(np.asarray(pure), at_two, atol=1e-4)

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from mlirrl_jax.actions import MAX_LOOPS, MAX_TILE_LEVELS
+from mlirrl_jax.actions import MAX_LOOPS, MAX_OPS, MAX_TILE_LEVELS
 from mlirrl_jax.env.state import (
     ARITH_KINDS,
     MACHINE_FIELDS,
@@ -103,10 +103,17 @@ def machine_features(table: ProgramTable) -> jax.Array:
 THREADS_COLUMN = STATIC_OP_FEATURES - 1
 
 
-def runs_on_one_thread(state: EnvState) -> jax.Array:
-    """Whether a schedule has no parallel loop: its kernel then runs on one thread, whatever
-    the threads per kernel, and its features say one thread (the unscheduled program too)."""
-    return ~jnp.any(state.parallel_sizes > 0)
+def ops_on_one_thread(state: EnvState) -> jax.Array:
+    """(MAX_OPS,) whether each op runs outside every parallel loop: none of its own, none of
+    the consumer it is fused into (nor of that one's consumer...). Such an op runs on one
+    thread whatever the threads per kernel, and its features say one thread: a kernel whose
+    fill alone is parallel still runs its convolution on one thread."""
+    own = jnp.any(state.parallel_sizes > 0, axis=1)
+    consumer = state.fused_into
+    parallel = own
+    for _ in range(MAX_OPS - 1):  # along chains of fused ops
+        parallel = own | ((consumer >= 0) & parallel[jnp.maximum(consumer, 0)])
+    return ~parallel
 
 
 def at_one_thread(static_op: jax.Array) -> jax.Array:
@@ -380,11 +387,13 @@ def dynamic_features(table: ProgramTable, state: EnvState) -> Features:
 
 def features(table: ProgramTable, state: EnvState) -> Features:
     """Per-op and per-loop features of one environment's program and schedule: the table's
-    per-program columns, then `dynamic_features` (padding rows are zero in both). A schedule
-    without a parallel loop reads as one thread (`runs_on_one_thread`)."""
+    per-program columns, then `dynamic_features` (padding rows are zero in both). An op
+    outside every parallel loop reads as one thread (`ops_on_one_thread`)."""
     dynamic = dynamic_features(table, state)
     static_op = table.static_op[state.program]
-    static_op = jnp.where(runs_on_one_thread(state), at_one_thread(static_op), static_op)
+    slots = static_op.shape[0]  # a trimmed table has fewer op slots
+    one = ops_on_one_thread(state)[:slots, None]
+    static_op = jnp.where(one, at_one_thread(static_op), static_op)
     return dynamic.replace(
         op_features=jnp.concatenate([static_op, dynamic.op_features], -1),
         loop_features=jnp.concatenate(
