@@ -66,9 +66,8 @@ def predict_member_log_times(
     # rows P.. of the embeddings are the programs at one thread: each op of a state takes
     # those where it runs outside every parallel loop (`ops_on_one_thread`)
     one = jax.vmap(ops_on_one_thread)(states)[:, : table.static_op.shape[1]]
-    rows = states.program[:, None] + table.n_programs * one
     return apply_members_with_static(
-        graphdef, params, jax.lax.optimization_barrier(batch), embeddings, rows
+        graphdef, params, jax.lax.optimization_barrier(batch), embeddings, states.program, one
     )
 
 

@@ -189,16 +189,18 @@ def static_embeddings(graphdef, params, static_op: jax.Array, static_loop: jax.A
 
 
 def apply_members_with_static(
-    graphdef, params, features: Features, embeddings, program
+    graphdef, params, features: Features, embeddings, program, one_thread=None
 ) -> jax.Array:
     """`apply_members` with the first layer's per-program part looked up in `embeddings` (from
-    `static_embeddings`) by each row's `program` index, (B,), or by each row's index per op
-    slot, (B, op slots); the same values, less work per state."""
+    `static_embeddings`) by each row's `program` index; the same values, less work per state.
+    With `one_thread` ((B, op slots) bool), `embeddings` hold the P programs and then the same
+    at one thread, and each op slot takes the latter where `one_thread` says."""
 
     def lookup(e):
-        if program.ndim == 1:
+        if one_thread is None:
             return e[program]
-        return e[program, jnp.arange(program.shape[1])]
+        count = e.shape[0] // 2
+        return jnp.where(one_thread[..., None], e[program + count], e[program])
 
     return jax.vmap(lambda p, e: nnx.merge(graphdef, p)(features, static_embedding=lookup(e)))(
         params, embeddings
