@@ -18,7 +18,13 @@ filter, read by at least `PANEL_REUSE` register tiles of rows): a matmul-like op
 blocks the lanes loop and the reduction (a panel of at most `PANEL_WIDTH` x `PANEL_DEPTH`),
 and B's tile is packed into a contiguous panel per cache tile before the register tile is
 vectorized; a convolution keeps version 3's tiles and packs its filter per cache tile before
-it decomposes. Versions 1 (32 lanes, 8 rows, divisors only), 2 and 3 stay for comparison.
+it decomposes. Version 5 (the default) is version 4 but for strided pooling: where the
+window walks the vectorized row with a stride, the row is cut to one vector of this machine's
+lanes (the last one partial) rather than kept whole. A whole row of a strided window is a
+strided vector read as long as the row, and two or more vectors of it ran at 0.60-0.67x
+unscheduled code on nchw 3x3/2 max pools where one vector ran at 1.8x (`bench/memory_bound.py
+--programs nchw`); on a 3x3/1 pool the whole row was as fast or faster. Versions 1 (32
+lanes, 8 rows, divisors only) to 4 stay for comparison.
 """
 
 from __future__ import annotations
@@ -38,8 +44,8 @@ from mlirrl_jax.schedule import (
 )
 from mlirrl_jax.transform import packable_inputs, window_loops
 
-VERSIONS = (1, 2, 3, 4)
-DEFAULT_VERSION = 4
+VERSIONS = (1, 2, 3, 4, 5)
+DEFAULT_VERSION = 5
 VECTOR_LANES = 32  # version 1: two AVX-512 registers of f32, four of AVX2
 ROWS = 8  # version 1: rows of the register tile
 CACHE_TILE = 64
@@ -204,29 +210,42 @@ def split_over_threads(op: LinalgOp, threads: int) -> list[Transform]:
     return [Transform(TILE_PARALLEL, sizes)] if sizes else []
 
 
-def row_vectorized(op: LinalgOp) -> list[Transform]:
-    """Every loop tiled to 1 but the output's contiguous one, kept whole (a sliding window
-    decomposed to 1-D first), then vectorized: one output row a vector operation."""
+def row_vectorized(op: LinalgOp, width: int | None = None) -> list[Transform]:
+    """Every loop tiled to 1 but the output's contiguous one, kept whole or cut to `width`
+    (the last tile partial; whole if the row is no longer), a sliding window decomposed to
+    1-D first, then vectorized: one output row (or `width` of it) a vector operation."""
     sizes = [1] * op.n_loops
-    sizes[_output_loops(op)[-1]] = 0
+    row = _output_loops(op)[-1]
+    sizes[row] = width if width and op.loops[row].extent > width else 0
     steps = [Transform(TILE, tuple(sizes))]
     if window_loops(op):
         steps.append(Transform(DECOMPOSE))
     return [*steps, Transform(VECTORIZE)]
 
 
+def strided_row(op: LinalgOp) -> bool:
+    """Whether an input reads the output's contiguous loop with a stride above 1 (a strided
+    window sliding along the row)."""
+    row = _output_loops(op)[-1]
+    return any(abs(r[row]) > 1 for operand in op.inputs for r in operand.access)
+
+
 def memory_bound_schedule(
-    op: LinalgOp, threads: int = 1, machine: dict | None = None
+    op: LinalgOp, threads: int = 1, machine: dict | None = None, version: int = DEFAULT_VERSION
 ) -> list[Transform]:
     """Version 3's transformations of a pooling or element-wise op: split over the threads if
-    its work reaches `SPLIT_WORK`; its rows vectorized, except an element-wise op's whose rows
-    are whole vectors of this machine (LLVM vectorizes that plain loop as well; a pooling
-    window it does not: vectorized rows beat LLVM's loops on pooling on every machine
-    measured, `bench/memory_bound.py`)."""
+        its work reaches `SPLIT_WORK`; its rows vectorized, except an element-wise op's whose rows
+        are whole vectors of this machine (LLVM vectorizes that plain loop as well; a pooling
+        window it does not: vectorized rows beat LLVM's loops on pooling on every machine
+        measured, `bench/memory_bound.py`). From version 5 a strided pooling row is one vector
+    long."""
     steps = split_over_threads(op, threads) if memory_bound_work(op) >= SPLIT_WORK else []
     out_loops = _output_loops(op)
-    whole = out_loops and op.loops[out_loops[-1]].extent % vector_lanes(machine=machine) == 0
-    if op.kind == "pooling" or not whole:
+    lanes = vector_lanes(machine=machine)
+    whole = out_loops and op.loops[out_loops[-1]].extent % lanes == 0
+    if op.kind == "pooling":
+        steps += row_vectorized(op, lanes if version >= 5 and strided_row(op) else None)
+    elif not whole:
         steps += row_vectorized(op)
     return steps
 
@@ -236,7 +255,7 @@ def op_schedule(
 ) -> list[Transform]:
     """The heuristic transformations of one op."""
     if version >= 3 and op.kind in MEMORY_BOUND:
-        return memory_bound_schedule(op, threads, machine)
+        return memory_bound_schedule(op, threads, machine, version)
     reg = register_tile(op, version, machine)
     steps = []
     split = parallel_tile(op, threads, reg) if threads > 1 else None

@@ -148,7 +148,8 @@ class DepthwiseSpec:
 
 @dataclass(frozen=True)
 class PoolSpec:
-    """NHWC max / sum / average pooling with a k x k window over an already padded input."""
+    """Max / sum / average pooling with a k x k window over an already padded input, NHWC
+    (the default) or NCHW (`layout`; its programs' names end in `_nchw`)."""
 
     op: str  # "max", "sum" or "avg"
     n: int
@@ -158,10 +159,13 @@ class PoolSpec:
     k: int
     stride: int = 1
     dilation: int = 1
+    layout: str = "nhwc"
 
     def __post_init__(self) -> None:
         if self.op not in ("max", "sum", "avg"):
             raise ValueError(f"{self!r}: op must be 'max', 'sum' or 'avg'")
+        if self.layout not in ("nhwc", "nchw"):
+            raise ValueError(f"{self!r}: layout must be 'nhwc' or 'nchw'")
         _positive(self, self.n, self.h, self.w, self.c, self.k, self.stride, self.dilation)
         _windowed(self, self.h, self.w, self.k, self.stride, self.dilation)
 
@@ -178,6 +182,7 @@ class PoolSpec:
         return (
             f"pool_{self.op}_n{self.n}_h{self.h}_w{self.w}_c{self.c}"
             f"_k{self.k}_s{self.stride}_d{self.dilation}"
+            + ("_nchw" if self.layout == "nchw" else "")
         )
 
 
@@ -392,6 +397,8 @@ def _operand_shapes(spec: Spec) -> tuple[list[Shape], Shape]:
     if isinstance(spec, DepthwiseSpec):
         n, c, k = spec.n, spec.c, spec.k
         return [(n, spec.h, spec.w, c), (k, k, c)], (n, *spec.out_hw, c)
+    if isinstance(spec, PoolSpec) and spec.layout == "nchw":
+        return [(spec.n, spec.c, spec.h, spec.w)], (spec.n, spec.c, *spec.out_hw)
     if isinstance(spec, PoolSpec):
         return [(spec.n, spec.h, spec.w, spec.c)], (spec.n, *spec.out_hw, spec.c)
     if isinstance(spec, ElementwiseSpec):
@@ -562,8 +569,10 @@ def render_depthwise(spec: DepthwiseSpec) -> str:
 
 
 def render_pool(spec: PoolSpec) -> str:
-    """NHWC pooling; avg is a sum pool followed by a generic dividing by the window size."""
+    """NHWC or NCHW pooling; avg is a sum pool followed by a generic dividing by the window
+    size."""
     (i,), o = _operand_shapes(spec)
+    layout = spec.layout
     win = (spec.k, spec.k)
     attrs = _window_attrs(spec.stride, spec.dilation)
     # the window operand only carries the window shape: its values are never read
@@ -571,13 +580,15 @@ def render_pool(spec: PoolSpec) -> str:
     if spec.op == "max":
         body += [_NEG_INF, *_filled("init", "ninf", o)]
         body.append(
-            _named("r", "linalg.pooling_nhwc_max", [("I", i), ("win", win)], ("init", o), attrs)
+            _named(
+                "r", f"linalg.pooling_{layout}_max", [("I", i), ("win", win)], ("init", o), attrs
+            )
         )
         return _func(spec.name, [("I", i)], body, "r", o)
     body += [_ZERO, *_filled("init", "zero", o)]
     res = "r" if spec.op == "sum" else "s"
     body.append(
-        _named(res, "linalg.pooling_nhwc_sum", [("I", i), ("win", win)], ("init", o), attrs)
+        _named(res, f"linalg.pooling_{layout}_sum", [("I", i), ("win", win)], ("init", o), attrs)
     )
     if spec.op == "avg":
         dims, ident = _ids(4)
