@@ -35,7 +35,8 @@ from mlirrl_jax.agent.run import load_programs, training_suites  # noqa: E402
 from mlirrl_jax.agent.surrogate import load_surrogate  # noqa: E402
 from mlirrl_jax.agent.train import AXIS, AgentConfig, make_train  # noqa: E402
 from mlirrl_jax.env.jax_env import action_mask, sample_action, transition  # noqa: E402
-from mlirrl_jax.env.state import encode_programs, initial_state  # noqa: E402
+from mlirrl_jax.env.state import initial_state  # noqa: E402
+from mlirrl_jax.env.table import encode_programs  # noqa: E402
 from mlirrl_jax.measure.fingerprint import machine_fingerprint  # noqa: E402
 from mlirrl_jax.sampler import random_policy  # noqa: E402
 from mlirrl_jax.splits import TRAIN  # noqa: E402

@@ -32,7 +32,6 @@ def main() -> None:
             workers=args.workers,
             max_mflops=args.max_mflops,
             baselines_of=("train",),
-            progress=False,
         )
         started = time.perf_counter()
         job = CollectionJob(config)

@@ -25,7 +25,8 @@ import jax.numpy as jnp
 from cost_model.api import PREDICT_CHUNK, CostModel
 from cost_model.model import ModelConfig, build
 from mlirrl_jax.env.features import features
-from mlirrl_jax.env.state import encode_programs, initial_state
+from mlirrl_jax.env.state import initial_state
+from mlirrl_jax.env.table import encode_programs
 from mlirrl_jax.host_devices import replicate, shard_rows, use_host_devices
 from mlirrl_jax.measure.fingerprint import machine_fingerprint
 from mlirrl_jax.programs import suites

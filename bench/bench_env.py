@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from mlirrl_jax.env.jax_env import JaxEnv, sample_action
-from mlirrl_jax.env.state import encode_programs
+from mlirrl_jax.env.table import encode_programs
 from mlirrl_jax.measure.fingerprint import machine_fingerprint
 from mlirrl_jax.programs import suites
 from mlirrl_jax.programs.ir import load_program

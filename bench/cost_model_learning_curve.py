@@ -97,7 +97,7 @@ def main() -> None:
             chosen = rng.choice(train_programs, size=count, replace=False)
             part = train.subset(np.flatnonzero(np.isin(train.program, chosen)))
             started = time.perf_counter()
-            model, _ = CostModel.fit(part, replace(config, seed=seed), progress=False)
+            model, _ = CostModel.fit(part, replace(config, seed=seed))
             fit_s = time.perf_counter() - started
             metrics = evaluate(
                 predict_dataset(model, test), test.log_time, test.program, test.is_baseline

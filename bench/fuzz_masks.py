@@ -14,7 +14,7 @@ import json
 import time
 from pathlib import Path
 
-from mlirrl_jax.env.state import encode_programs
+from mlirrl_jax.env.table import encode_programs
 from mlirrl_jax.fuzz import failure_kinds, fuzz, remainder_tiles
 from mlirrl_jax.measure.fingerprint import machine_fingerprint
 from mlirrl_jax.measure.runner import Runner

@@ -104,7 +104,7 @@ def main() -> None:
         TrainConfig(**{**prior.meta["train"], "model": prior_model_config(prior)}), teacher="none"
     )
     candidates["from scratch on this machine's rows"] = lambda: CostModel.fit(
-        train, scratch, machine_id=here, progress=False
+        train, scratch, machine_id=here
     )[0]
     lines = [
         f"`python bench/regrounding_updates.py --run {args.run} --test-round {test_round} --epochs {args.epochs}`",

@@ -36,12 +36,18 @@ from cost_model.model import (
 )
 from cost_model.train import TrainConfig, fit
 from mlirrl_jax import integrity
-from mlirrl_jax.env.features import at_one_thread, dynamic_features, features, ops_on_one_thread
+from mlirrl_jax.env.features import (
+    FEATURE_VERSION,
+    at_one_thread,
+    dynamic_features,
+    features,
+    ops_on_one_thread,
+)
 from mlirrl_jax.env.reward import AnalyticLogTime
 from mlirrl_jax.env.state import EnvState, ProgramTable, slot_sizes, trim_ops, trim_table
+from mlirrl_jax.errors import ConfigError
 from mlirrl_jax.host_devices import on_each_device
 
-FEATURE_VERSION = 5  # bump when features change: old checkpoints then refuse to load
 # older feature versions a checkpoint may carry, and the network settings that read them:
 # version 4 is version 5 less the machine's columns
 READABLE_VERSIONS = {4: {"machine_inputs": False}, FEATURE_VERSION: {}}
@@ -250,13 +256,12 @@ class CostModel:
         data: Dataset,
         config: TrainConfig | None = None,
         machine_id: str = "",
-        progress: bool = True,
     ) -> tuple[CostModel, list]:
         """Fit on `data`; the meta records its machines (ids and profiles) and thread counts.
         `machine_id` names the machine in the meta (default: the data's, joined by commas
         when several)."""
         config = config or TrainConfig()
-        graphdef, params, history = fit(data, config, progress=progress)
+        graphdef, params, history = fit(data, config)
         machines, thread_counts = data.machines_and_threads()
         machine_id = machine_id or ",".join(machines)
         programs = len({p.hash for p in data.programs})
@@ -288,7 +293,6 @@ class CostModel:
         self,
         data: Dataset,
         epochs: int = 20,
-        progress: bool = False,
         machine_id: str | None = None,
         anchor: Dataset | None = None,
         note: str = "",
@@ -305,9 +309,7 @@ class CostModel:
         )
         config = replace(config, epochs=epochs, learning_rate=config.learning_rate / 4)
         train_on = data if anchor is None else data.concat(anchor)
-        graphdef, params, _ = fit(
-            train_on, config, init=(self.graphdef, self.params), progress=progress
-        )
+        graphdef, params, _ = fit(train_on, config, init=(self.graphdef, self.params))
         machine = machine_id or self.meta.get("machine_id", "")
         threads = threads or self.meta.get("threads", 1)
         step = {
@@ -386,7 +388,7 @@ class CostModel:
             raise integrity.damaged(meta_path, "damaged (no training config in it)", REDO)
         version = meta.get("feature_version")
         if version not in READABLE_VERSIONS:
-            raise ValueError(
+            raise ConfigError(
                 f"{directory}: features version {version}, this code computes version "
                 f"{FEATURE_VERSION} and reads {sorted(READABLE_VERSIONS)}; retrain the model"
             )
@@ -417,7 +419,7 @@ class AnalyticModel:
     def predict(table: ProgramTable, states: EnvState) -> jax.Array:
         return AnalyticLogTime().log_time((), table, states)
 
-    def update(self, data: Dataset, epochs: int = 0, progress: bool = False, **_) -> AnalyticModel:
+    def update(self, data: Dataset, epochs: int = 0, **_) -> AnalyticModel:
         return self  # nothing to learn
 
     def save(self, directory: str | os.PathLike) -> Path:

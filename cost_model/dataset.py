@@ -13,7 +13,6 @@ from dataclasses import dataclass, field, replace
 
 import jax
 import numpy as np
-from tqdm import tqdm
 
 from mlirrl_jax.actions import NEXT, encode_action
 from mlirrl_jax.env.features import Features, features
@@ -25,13 +24,16 @@ from mlirrl_jax.env.jax_env import (
     transition,
 )
 from mlirrl_jax.env.replay import schedule_to_actions, state_of_schedule
-from mlirrl_jax.env.state import EnvState, ProgramTable, encode_programs, initial_state
+from mlirrl_jax.env.state import EnvState, ProgramTable, initial_state
+from mlirrl_jax.env.table import encode_programs
+from mlirrl_jax.errors import ConfigError
 from mlirrl_jax.measure.profile import MachineProfile, profile_of
 from mlirrl_jax.programs import suites
 from mlirrl_jax.programs.ir import Program
 from mlirrl_jax.schedule import Schedule, ScheduleError
 from mlirrl_jax.splits import check_split, split_of
 from mlirrl_jax.store import MeasurementStore
+from mlirrl_jax.util.progress import progress_bar
 
 
 @dataclass
@@ -102,13 +104,13 @@ def _family(name: str) -> str:
         return "user"
 
 
-def map_in_chunks(fn, *trees, size: int = 1024, progress: str | None = None):
+def map_in_chunks(fn, *trees, size: int = 1024, desc: str | None = None):
     """`fn` over chunks of `size` rows of the pytrees `trees` (the last chunk zero-padded, so
-    a jitted `fn` compiles once), outputs as NumPy arrays joined along the rows; `progress`
-    names a progress bar over the rows."""
+    a jitted `fn` compiles once), outputs as NumPy arrays joined along the rows; `desc`
+    names a progress bar over the rows (shown where bars are on)."""
     rows = len(jax.tree.leaves(trees)[0])
     outputs = []
-    bar = tqdm(total=rows, desc=progress, unit="row", disable=progress is None, leave=False)
+    bar = progress_bar(total=rows, desc=desc, unit="row", leave=False, disable=desc is None)
     for start in range(0, rows, size):
         taken = min(size, rows - start)
 
@@ -148,7 +150,7 @@ def featurize(
     return map_in_chunks(one_chunk, program_ids, action_batches)
 
 
-def random_states(data: Dataset, count: int, seed: int = 0, progress: bool = False) -> Dataset:
+def random_states(data: Dataset, count: int, seed: int = 0) -> Dataset:
     """`count` states that random legal episodes reach on `data`'s programs (half uniform, half
     biased toward deeper schedules, as collection samples them), unlabeled (log_time 0)."""
     table = data.table
@@ -179,9 +181,7 @@ def random_states(data: Dataset, count: int, seed: int = 0, progress: bool = Fal
     ids = rng.choice(np.unique(data.program), size=count).astype(np.int32)
     keys = np.asarray(jax.random.split(jax.random.PRNGKey(seed), count))
     next_weights = np.where(np.arange(count) % 2, 1.0, 0.25).astype(np.float32)
-    states, feats = map_in_chunks(
-        one_chunk, ids, keys, next_weights, progress="random states" if progress else None
-    )
+    states, feats = map_in_chunks(one_chunk, ids, keys, next_weights, desc="random states")
     return replace(
         data,
         states=states,
@@ -237,7 +237,7 @@ def load_dataset(
         chosen = [(t, [r for r in found if r["threads"] == t]) for t in thread_counts]
         chosen = [(t, rows) for t, rows in chosen if rows]
         if not chosen:
-            raise ValueError(
+            raise ConfigError(
                 f"{store.path} has no verified measurements of machine {machine} at "
                 f"{', '.join(map(str, thread_counts))} thread(s)"
             )
@@ -258,7 +258,7 @@ def load_dataset(
             chosen_programs = list(table_programs)
             missing = set(hashes) - {p.hash for p in chosen_programs}
             if missing:
-                raise ValueError(f"{len(missing)} programs with rows are not among table_programs")
+                raise ConfigError(f"{len(missing)} programs with rows are not among table_programs")
         for p in chosen_programs:
             index[machine, count, p.hash] = len(row_programs)
             row_programs.append(p)
@@ -304,7 +304,7 @@ def load_dataset(
         kept += exact
         ids = np.concatenate([ids, np.array([int(s.program) for s in exact_states], np.int32)])
     if not kept:
-        raise ValueError(f"{store.path}: no stored schedule of these rows could be read")
+        raise ConfigError(f"{store.path}: no stored schedule of these rows could be read")
     return Dataset(
         states=states,
         features=feats,
@@ -343,7 +343,7 @@ def resolve_machines(store: MeasurementStore, spec: str) -> list[str]:
         return sorted(store.machines())
     chosen = [m.strip() for m in spec.split(",") if m.strip()]
     if not chosen:
-        raise ValueError(f"no machine ids in {spec!r}")
+        raise ConfigError(f"no machine ids in {spec!r}")
     return chosen
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import time
 from pathlib import Path
@@ -14,8 +15,12 @@ from cost_model.api import AnalyticModel, CostModel, predict_dataset
 from cost_model.dataset import Dataset, load_dataset, programs_in_split
 from cost_model.metrics import evaluate
 from cost_model.train import TrainConfig
+from mlirrl_jax.records import FitResult, HeldOutScores
 from mlirrl_jax.splits import SPLITS_VERSION, SURROGATE_VALIDATION, TEST, TRAIN, suite_of
 from mlirrl_jax.store import MeasurementStore
+from mlirrl_jax.util.plots import pyplot, save_figure
+
+log = logging.getLogger(__name__)
 
 
 def held_out_metrics(model, data: Dataset) -> tuple[dict, np.ndarray]:
@@ -37,13 +42,7 @@ def metrics_by_family(predicted: np.ndarray, data: Dataset) -> dict[str, dict]:
 
 def save_scatter(path: Path, data: Dataset, predicted: dict[str, np.ndarray]) -> Path | None:
     """Predicted vs measured log-speedup of held-out schedules, one panel per model."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
+    plt = pyplot()
     base = {p: i for i, p in zip(np.flatnonzero(data.is_baseline), data.program[data.is_baseline])}
     rows = np.array(
         [i for i in range(len(data)) if data.program[i] in base and not data.is_baseline[i]]
@@ -62,9 +61,7 @@ def save_scatter(path: Path, data: Dataset, predicted: dict[str, np.ndarray]) ->
         ax.set_ylabel("predicted log speedup")
         ax.set_title(name)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 REFERENCE_PROGRAMS = 6  # held-out programs whose every row's prediction is kept with a model
@@ -102,9 +99,8 @@ def fit_and_report(
     out: Path,
     machine_id: str | list[str],
     config: TrainConfig,
-    progress: bool = True,
     threads: int | list[int] = 1,
-) -> dict:
+) -> FitResult:
     """Fit on the store's train-split programs, evaluate on its surrogate-validation ones
     (`mlirrl_jax.splits`); test-split programs are left out of both. Several machines or
     thread counts (lists) are fitted together, each program on each one a table row of its
@@ -120,17 +116,16 @@ def fit_and_report(
     excluded = len(data) - len(train) - len(test)
     distinct = lambda rows: len({data.programs[i].name for i in rows})  # noqa: E731
     machines, thread_counts = data.machines_and_threads()
-    print(
+    log.info(
         f"{len(data)} verified measurements of {distinct(range(len(data.programs)))} programs "
         f"on {', '.join(machines)} at {', '.join(map(str, thread_counts))} thread(s) "
         f"({data.skipped} unreadable as a state of the environment); training on {len(train)} rows of "
         f"{distinct(trained_on)} train-split programs, evaluating on {len(test)} rows of "
         f"{distinct(held)} surrogate-validation programs; {excluded} rows of "
         f"{distinct(programs_in_split(data, TEST))} test-split programs left out",
-        file=sys.stderr,
     )
     fit_started = time.perf_counter()
-    model, history = CostModel.fit(train, config, progress=progress)
+    model, history = CostModel.fit(train, config)
     fit_seconds = time.perf_counter() - fit_started
     model.meta.update(
         held_out_programs=sorted({data.programs[i].name for i in held}),
@@ -145,27 +140,27 @@ def fit_and_report(
         json.dumps(reference_predictions(model, data, held), indent=1)
     )
     model.save(out / "model")  # after the reference predictions: its manifest covers them
-    result = {
-        "command": " ".join(sys.argv),
-        "store": str(Path(store_path).resolve()),
-        "machine_id": model.meta["machine_id"],
-        "machines": machines,
-        "thread_counts": thread_counts,
-        "rows": len(data),
-        "train_rows": len(train),
-        "held_out_rows": len(test),
-        "held_out_programs": distinct(held),
-        "test_rows_left_out": excluded,
-        "splits_version": SPLITS_VERSION,
-        "fit_seconds": fit_seconds,
-        "total_seconds": time.perf_counter() - started,
-        "surrogate": metrics,
-        "analytic_baseline": analytic,
-        "surrogate_by_family": metrics_by_family(predicted, test),
-        "surrogate_on_training_programs": training,
-        "history": history,
-    }
-    (out / "metrics.json").write_text(json.dumps(result, indent=1))
+    result = FitResult(
+        command=" ".join(sys.argv),
+        store=str(Path(store_path).resolve()),
+        machine_id=model.meta["machine_id"],
+        machines=machines,
+        thread_counts=thread_counts,
+        rows=len(data),
+        train_rows=len(train),
+        held_out_rows=len(test),
+        held_out_programs=distinct(held),
+        test_rows_left_out=excluded,
+        splits_version=SPLITS_VERSION,
+        fit_seconds=fit_seconds,
+        total_seconds=time.perf_counter() - started,
+        surrogate=metrics,
+        analytic_baseline=analytic,
+        surrogate_by_family=metrics_by_family(predicted, test),
+        surrogate_on_training_programs=training,
+        history=history,
+    )
+    (out / "metrics.json").write_text(json.dumps(result.to_json(), indent=1))
     save_scatter(
         out / "predicted_vs_measured.png",
         test,
@@ -199,13 +194,16 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     ]
 
 
-def format_metrics(result: dict) -> str:
+def format_metrics(result: HeldOutScores) -> str:
     """Markdown tables: surrogate and analytic baseline; then the surrogate per family."""
     lines = _table(
         ["model", *_COLUMNS.values()],
-        [[name, *_cells(result[name])] for name in ("surrogate", "analytic_baseline")],
+        [
+            ["surrogate", *_cells(result.surrogate)],
+            ["analytic_baseline", *_cells(result.analytic_baseline)],
+        ],
     )
-    by_family = result.get("surrogate_by_family")
+    by_family = result.surrogate_by_family
     if by_family:
         lines += [""] + _table(
             ["held-out family", "programs", *_COLUMNS.values()],
@@ -218,7 +216,7 @@ def format_metrics(result: dict) -> str:
     return "\n".join(lines)
 
 
-def evaluate_saved(model_dir: Path, dataset_path: Path) -> dict:
+def evaluate_saved(model_dir: Path, dataset_path: Path) -> HeldOutScores:
     """Re-evaluate a saved model on the held-out programs recorded with it.
 
     `dataset_path` is a measurement store (.db) or a Parquet export of one; the measurements
@@ -243,11 +241,11 @@ def evaluate_saved(model_dir: Path, dataset_path: Path) -> dict:
     test = data.of_programs(held)
     surrogate, predicted = held_out_metrics(model, test)
     analytic, _ = held_out_metrics(AnalyticModel(), test)
-    return {
-        "machine_id": machine,
-        "held_out_programs": len({data.programs[i].name for i in held}),
-        "held_out_rows": len(test),
-        "surrogate": surrogate,
-        "analytic_baseline": analytic,
-        "surrogate_by_family": metrics_by_family(predicted, test),
-    }
+    return HeldOutScores(
+        machine_id=machine,
+        held_out_programs=len({data.programs[i].name for i in held}),
+        held_out_rows=len(test),
+        surrogate=surrogate,
+        analytic_baseline=analytic,
+        surrogate_by_family=metrics_by_family(predicted, test),
+    )

@@ -12,10 +12,10 @@ from __future__ import annotations
 import os
 
 import numpy as np
-from tqdm import tqdm
 
 from cost_model.dataset import Dataset
 from mlirrl_jax.env.features import Features
+from mlirrl_jax.util.progress import progress_bar
 
 
 def tree_inputs(feats: Features, rows: slice | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -46,7 +46,7 @@ class TreeTeacher:
 
 
 def fit_tree_teacher(
-    data: Dataset, rounds: int, leaves: int, seed: int, progress: bool = True
+    data: Dataset, rounds: int, leaves: int, seed: int
 ) -> tuple[TreeTeacher, list[dict]]:
     """Boost `rounds` trees of up to `leaves` leaves on the measured rows (squared error of
     log time per iteration point); returns the teacher and its training curve."""
@@ -68,7 +68,7 @@ def fit_tree_teacher(
     }
     train = lightgbm.Dataset(inputs, data.log_time - total, free_raw_data=True)
     history: list[dict] = []
-    bar = tqdm(total=rounds, disable=not progress, unit="tree", mininterval=1.0, desc="trees")
+    bar = progress_bar(total=rounds, unit="tree", mininterval=1.0, desc="trees")
 
     def record(env) -> None:
         bar.update(1)

@@ -16,12 +16,13 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
-from tqdm import tqdm
 
 from cost_model.dataset import Dataset, map_in_chunks, random_states
 from cost_model.model import ModelConfig, apply, build
 from cost_model.teacher import fit_tree_teacher
 from mlirrl_jax.env.state import slot_sizes
+from mlirrl_jax.errors import ConfigError
+from mlirrl_jax.util.progress import progress_bar
 
 STEPS_PER_CALL = 50  # training steps per jitted call (a scan): fewer dispatches and copies
 # batches are drawn this many at a time and grouped by the op slots they need (see
@@ -71,7 +72,7 @@ class TrainConfig:
 
     def __post_init__(self):
         if self.teacher not in TEACHERS:
-            raise ValueError(f"teacher {self.teacher!r}: expected one of {', '.join(TEACHERS)}")
+            raise ConfigError(f"teacher {self.teacher!r}: expected one of {', '.join(TEACHERS)}")
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -170,15 +171,15 @@ def _slot_ordered(batches, needed, sizes: list[int], count: int, rng: np.random.
             yield np.stack([window[i] for i in take]), start + take, int(slots[take].max())
 
 
-def fit(data: Dataset, config: TrainConfig, init=None, progress=True):
+def fit(data: Dataset, config: TrainConfig, init=None):
     """Train on `data`; `init` = (graphdef, params) continues from those weights (fine-tuning,
     never distilled). Returns (graphdef, params, history)."""
     if init is not None or config.teacher == "none":
-        return _fit(data, config, init, progress)
+        return _fit(data, config, init)
     started = time.perf_counter()
     if config.teacher == "trees":
         trees, history = fit_tree_teacher(
-            data, config.teacher_rounds, config.teacher_leaves, config.seed, progress
+            data, config.teacher_rounds, config.teacher_leaves, config.seed
         )
         label = trees.predict
     else:
@@ -186,21 +187,21 @@ def fit(data: Dataset, config: TrainConfig, init=None, progress=True):
             config.model, members=config.teacher_members, op_width=config.teacher_op_width
         )
         t_graphdef, t_params, history = _fit(
-            data, replace(config, model=teacher, bootstrap=False), None, progress
+            data, replace(config, model=teacher, bootstrap=False), None
         )
         jitted = jax.jit(lambda feats: apply(t_graphdef, t_params, feats))
         label = lambda feats: map_in_chunks(jitted, feats, size=4096)  # noqa: E731
-    extra = random_states(data, config.distill_states, config.seed, progress)
+    extra = random_states(data, config.distill_states, config.seed)
     extra.log_time = np.asarray(label(extra.features), np.float32)
     teacher_seconds = time.perf_counter() - started
     student = replace(config, epochs=config.distill_epochs, max_steps=config.distill_max_steps)
-    graphdef, params, student_history = _fit(data.concat(extra), student, None, progress)
+    graphdef, params, student_history = _fit(data.concat(extra), student, None)
     history = [{**h, "phase": "teacher"} for h in history]
     history.append({"phase": "labels", "states": len(extra), "seconds": teacher_seconds})
     return graphdef, params, history + [{**h, "phase": "student"} for h in student_history]
 
 
-def _fit(data: Dataset, config: TrainConfig, init, progress):
+def _fit(data: Dataset, config: TrainConfig, init):
     graphdef, params = init if init is not None else build(config.model)
     batch = config.programs_per_batch * config.rows_per_program
     steps = max(10, config.epochs * len(data) // batch)
@@ -256,7 +257,7 @@ def _fit(data: Dataset, config: TrainConfig, init, progress):
     )
     history = []
     started = time.perf_counter()
-    bar = tqdm(total=steps, disable=not progress, unit="step", mininterval=1.0)
+    bar = progress_bar(total=steps, unit="step", mininterval=1.0)
     first = 0
     for rows, step_ids, slots in chunks:
         count = len(rows)

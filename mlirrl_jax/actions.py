@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mlirrl_jax.measure.fingerprint import vector_lanes
+from mlirrl_jax.schedule import Kind
 
 # Bump when the action space changes (heads, their sizes, tile candidates, the grammar): a
 # policy trained on another one refuses to load (`agent.checkpoint`).
@@ -32,18 +33,10 @@ VECTOR_BUDGET = 4096  # most iteration points a vectorized op may have (bounds c
 
 _REGISTER_FRIENDLY = (1, 8, 16, 32, 64)
 
-# Kind head
-NEXT, TILE_PARALLEL, TILE_FUSE, INTERCHANGE, TILE, DECOMPOSE, VECTORIZE, PACK = range(8)
-KIND_NAMES = (
-    "next",
-    "tile_parallel",
-    "tile_fuse",
-    "interchange",
-    "tile",
-    "decompose",
-    "vectorize",
-    "pack",
-)
+# Kind head: 0 moves to the next op, then the transformation kinds in `schedule.Kind`'s order
+NEXT = 0
+TILE_PARALLEL, TILE_FUSE, INTERCHANGE, TILE, DECOMPOSE, VECTORIZE, PACK = (k.action for k in Kind)
+KIND_NAMES = ("next", *(k.value for k in Kind))
 N_KINDS = len(KIND_NAMES)
 
 # Which tile mask a kind's tile heads read

@@ -15,9 +15,9 @@ another job measures on the same machine contend for its cores, so a job warns o
 
 from __future__ import annotations
 
+import logging
 import os
 import queue
-import sys
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -29,6 +29,7 @@ import numpy as np
 from tqdm import tqdm
 
 from mlirrl_jax.env.replay import schedule_to_actions
+from mlirrl_jax.errors import ConfigError, Error
 from mlirrl_jax.heuristics import heuristic_schedule
 from mlirrl_jax.interrupt import check_stop
 from mlirrl_jax.measure.fingerprint import machine_fingerprint
@@ -39,8 +40,11 @@ from mlirrl_jax.programs import suites
 from mlirrl_jax.programs.ir import Program, load_program
 from mlirrl_jax.sampler import EpisodeSampler, Mutation, agent_policy, random_policy
 from mlirrl_jax.schedule import Schedule
-from mlirrl_jax.shipped import SHIPPED_AGENT
+from mlirrl_jax.shipped import DEFAULT_STORE, SHIPPED_AGENT
 from mlirrl_jax.store import STORED, ClaimOwner, MeasurementStore
+from mlirrl_jax.util.progress import progress_bar
+
+log = logging.getLogger(__name__)
 
 COMMIT_EVERY_S = 2.0
 BACKENDS = ("local", "ray")
@@ -54,20 +58,20 @@ def parse_mix(text: str) -> tuple[tuple[str, float], ...]:
     for part in (p.strip() for p in text.split(",") if p.strip()):
         name, _, share = part.partition(":")
         if name not in SOURCES:
-            raise ValueError(f"unknown schedule source {name!r} in --mix; known: {SOURCES}")
+            raise ConfigError(f"unknown schedule source {name!r} in --mix; known: {SOURCES}")
         try:
             value = float(share) if share else 1.0
         except ValueError:
-            raise ValueError(f"--mix share of {name!r} is not a number: {share!r}") from None
+            raise ConfigError(f"--mix share of {name!r} is not a number: {share!r}") from None
         if not value > 0:
-            raise ValueError(f"--mix share of {name!r} must be positive, got {share}")
+            raise ConfigError(f"--mix share of {name!r} must be positive, got {share}")
         mix.append((name, value))
     if not mix:
-        raise ValueError("--mix names no schedule source")
+        raise ConfigError("--mix names no schedule source")
     return tuple(mix)
 
 
-class BackendError(ValueError):
+class BackendError(Error, ValueError):
     """A measurement backend that cannot run here."""
 
 
@@ -75,7 +79,7 @@ class BackendError(ValueError):
 class CollectConfig:
     """What one collection job measures, and how."""
 
-    store: Path = Path("data/measurements.db")  # the SQLite measurement store
+    store: Path = Path(DEFAULT_STORE)  # the SQLite measurement store
     suite: str = "dl-v0"  # built-in suite to sample programs from
     split: str = "train"  # split whose programs get sampled schedules
     budget: int | None = None  # stop when the store holds this many rows for the split here
@@ -109,7 +113,6 @@ class CollectConfig:
     max_mflops: float | None = None  # only programs of at most this many MFLOP
     programs: tuple[str, ...] = ()  # only these URIs of the split (tests, demos)
     inject_faults: tuple[str, ...] = ()  # testing only: faults for the first sampled tasks
-    progress: bool = True
 
 
 @dataclass
@@ -210,9 +213,9 @@ def check_measure_cpus(cpus: tuple[int, ...], threads: int) -> None:
     count = os.cpu_count() or 1
     missing = sorted(c for c in cpus if not 0 <= c < count)
     if missing:
-        raise ValueError(f"--measure-cpus {missing}: this machine has cores 0 to {count - 1}")
+        raise ConfigError(f"--measure-cpus {missing}: this machine has cores 0 to {count - 1}")
     if cpus and len(set(cpus)) < threads:
-        raise ValueError(
+        raise ConfigError(
             f"--measure-cpus gives {len(set(cpus))} cores, fewer than the {threads} threads "
             "of one kernel"
         )
@@ -272,11 +275,11 @@ class SpreadChooser:
         from mlirrl_jax.measure.profile import this_machine_profile
 
         if surrogate is None:
-            raise ValueError("the uncertain source needs a surrogate ensemble (--surrogate DIR)")
+            raise ConfigError("the uncertain source needs a surrogate ensemble (--surrogate DIR)")
         self.model = CostModel.load(surrogate)
         members = self.model.meta["train"]["model"].get("members", 1)
         if members < 2:
-            raise ValueError(
+            raise ConfigError(
                 f"{surrogate}: one network has no spread; the uncertain source needs an "
                 "ensemble (fit-cost-model --members 4)"
             )
@@ -307,10 +310,10 @@ class CollectionJob:
 
     def __init__(self, config: CollectConfig):
         if config.budget is None and config.hours is None:
-            raise ValueError("give a budget (measurements) or hours")
+            raise ConfigError("give a budget (measurements) or hours")
         unknown = set(config.inject_faults) - set(FAULTS)
         if unknown:
-            raise ValueError(f"unknown faults {sorted(unknown)}; known: {FAULTS}")
+            raise ConfigError(f"unknown faults {sorted(unknown)}; known: {FAULTS}")
         if config.backend not in BACKENDS:
             raise BackendError(f"unknown backend {config.backend!r}; known: {BACKENDS}")
         if config.backend == "ray":
@@ -318,7 +321,7 @@ class CollectionJob:
         check_measure_cpus(config.measure_cpus, config.threads)
         unknown = {name for name, _ in config.mix} - set(SOURCES)
         if unknown or not config.mix or any(not share > 0 for _, share in config.mix):
-            raise ValueError(f"bad schedule mix {config.mix}: sources {SOURCES}, positive shares")
+            raise ConfigError(f"bad schedule mix {config.mix}: sources {SOURCES}, positive shares")
         self.config = config
         self.machine = machine_fingerprint()["machine_id"]
         self.store = MeasurementStore(config.store)
@@ -456,10 +459,9 @@ class CollectionJob:
             if p not in self.programs
         )
         remaining = max(0, target - self.stored_for_split()) + baselines if target else None
-        bar = tqdm(
+        bar = progress_bar(
             total=remaining,
             unit="meas",
-            disable=not config.progress,
             dynamic_ncols=True,
             smoothing=0.05,
             mininterval=1.0,
@@ -511,10 +513,11 @@ def measure_stream(
     def warn_of_other_jobs() -> None:
         for pid in sorted(store.other_claimants(owner) - warned):
             warned.add(pid)
-            tqdm.write(
-                f"warning: another job (pid {pid}) is measuring into {store.path} on this "
-                "machine too; timings taken meanwhile contend for its cores",
-                file=sys.stderr,
+            log.warning(
+                "warning: another job (pid %d) is measuring into %s on this machine too; "
+                "timings taken meanwhile contend for its cores",
+                pid,
+                store.path,
             )
 
     warn_of_other_jobs()

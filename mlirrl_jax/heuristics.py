@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 
+from mlirrl_jax.errors import ConfigError
 from mlirrl_jax.measure.fingerprint import vector_lanes
 from mlirrl_jax.programs.ir import LinalgOp, Program
 from mlirrl_jax.schedule import (
@@ -296,7 +297,7 @@ def heuristic_schedule(
     tiled, vectorized fill costs LLVM ten times the compile time of the matmul it feeds.
     """
     if version not in VERSIONS:
-        raise ValueError(f"heuristic version must be one of {VERSIONS}, got {version!r}")
+        raise ConfigError(f"heuristic version must be one of {VERSIONS}, got {version!r}")
     per_op = [
         (op.id, op_schedule(op, threads, version, machine))
         for op in reversed(program.ops)

@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from mlirrl_jax.errors import Error
 from mlirrl_jax.runfolder import LOCK, write_atomic
 from mlirrl_jax.shipped import (
     DATA,
@@ -56,7 +57,7 @@ SHIPPED_FOLDERS = (
 _HEX = re.compile(r"[0-9a-f]{64}")
 
 
-class IntegrityError(ValueError):
+class IntegrityError(Error, ValueError):
     """A file of a saved artifact that is damaged, missing or unreadable."""
 
 

@@ -12,7 +12,7 @@ kernel and the agent's run are checked before JAX starts (this module imports it
 a wrong path costs no start-up.
 
 The agent is `--run`'s, else the one adapted to this machine at the thread count
-(`data/adapted/<machine id>.json` names the runs, written by `mlirrl-jax demo` and by
+(`adapted/<machine id>.json` in the user data directory (`shipped.user_data_dir`) names the runs, written by `mlirrl-jax demo` and by
 `train --adopt`), else the shipped one (`data/agent/`). With `search="evolutionary"` the
 surrogate-guided evolutionary search (`mlirrl_jax.search`) is measured too, and the best of
 everything wins.
@@ -24,60 +24,29 @@ import json
 import os
 from pathlib import Path
 
+from mlirrl_jax.adopted import default_agent_run
+from mlirrl_jax.errors import Error
 from mlirrl_jax.heuristics import heuristic_schedule
 from mlirrl_jax.measure.fingerprint import machine_fingerprint
 from mlirrl_jax.measure.runner import (
     DEFAULT_COMPILE_TIMEOUT_S,
+    DEFAULT_MEM_LIMIT_MB,
     DEFAULT_REFERENCE_TIMEOUT_S,
     Runner,
     timeout_phase,
 )
 from mlirrl_jax.measure.timing import Measurement, TimingMethod
 from mlirrl_jax.programs.ir import Program, load_program
+from mlirrl_jax.records import OptimizeSummary, Ranked
 from mlirrl_jax.runfolder import check_inputs, write_atomic
 from mlirrl_jax.schedule import Schedule
-from mlirrl_jax.shipped import ADAPTED, SHIPPED_AGENT
 from mlirrl_jax.transform import transform_script
 
 SEARCHES = ("none", "evolutionary")
 
 
-class OptimizeError(ValueError):
+class OptimizeError(Error, ValueError):
     """Input `optimize` cannot take (no agent, a program beyond the environment's limits)."""
-
-
-def default_agent_run(threads: int = 1) -> Path:
-    """The agent adapted to this machine at `threads` (else at one thread) if there is one,
-    else the shipped agent."""
-    pointer = ADAPTED / f"{machine_fingerprint()['machine_id']}.json"
-    if pointer.is_file():
-        recorded = json.loads(pointer.read_text())
-        per_threads = recorded.get("threads", {})
-        for run in (per_threads.get(str(threads)), per_threads.get("1"), recorded.get("run")):
-            if run and (Path(run) / "checkpoints").is_dir():
-                return Path(run)
-    if (SHIPPED_AGENT / "checkpoints").is_dir():
-        return SHIPPED_AGENT
-    raise OptimizeError(
-        f"no trained agent: neither an adapted one ({pointer}) nor a shipped one "
-        f"({SHIPPED_AGENT}); train one with `mlirrl-jax train --out runs/NAME` and pass --run "
-        "runs/NAME"
-    )
-
-
-def adopt_agent_run(run: str | os.PathLike, threads: int = 1) -> Path:
-    """Make `run` this machine's adapted agent at `threads` (what `optimize` and `validate`
-    use by default); returns the pointer file (`data/adapted/<machine id>.json`)."""
-    pointer = ADAPTED / f"{machine_fingerprint()['machine_id']}.json"
-    recorded = json.loads(pointer.read_text()) if pointer.is_file() else {}
-    per_threads = recorded.get("threads", {})
-    if "run" in recorded:  # a pointer of one run: its agent is the one-thread one
-        per_threads.setdefault("1", recorded["run"])
-    per_threads[str(threads)] = str(Path(run).resolve())
-    recorded = {"run": per_threads.get("1", per_threads[str(threads)]), "threads": per_threads}
-    ADAPTED.mkdir(parents=True, exist_ok=True)
-    write_atomic(pointer, json.dumps(recorded, indent=1))
-    return pointer
 
 
 def _evolutionary(program, agent, runner, threads, method, base, budget, seed, say) -> list:
@@ -110,7 +79,7 @@ def _evolutionary(program, agent, runner, threads, method, base, budget, seed, s
 
 def check_program(program: Program) -> None:
     """Refuse a program the environment's tables cannot hold, naming the limit."""
-    from mlirrl_jax.env.state import encode_programs
+    from mlirrl_jax.env.table import encode_programs
 
     try:
         encode_programs([program])
@@ -125,14 +94,14 @@ def optimize(
     threads: int = 1,
     run: str | os.PathLike | None = None,
     timeout_s: float = 60.0,
-    mem_limit_mb: int = 8192,
+    mem_limit_mb: int = DEFAULT_MEM_LIMIT_MB,
     seed: int = 0,
     say=print,
     compile_timeout_s: float = DEFAULT_COMPILE_TIMEOUT_S,
     reference_timeout_s: float = DEFAULT_REFERENCE_TIMEOUT_S,
     search: str = "none",
     search_budget: int = 64,
-) -> dict:
+) -> OptimizeSummary:
     """Optimize the kernel in `path` into the folder `out`; returns the summary. `timeout_s`
     bounds each kernel's run, the other two limits its compiling and its reference outputs.
     `search="evolutionary"` also runs the surrogate-guided evolutionary search
@@ -208,36 +177,34 @@ def optimize(
     heuristic_ms = tuned.median_s * 1e3 if tuned.ok and tuned.verified else None
     baseline_ms = base.median_s * 1e3 if base.ok else None
     if not good:
-        summary = {
-            "program": program.name,
-            "baseline_ms": baseline_ms,
-            "baseline_note": baseline_note,
-            "heuristic_ms": heuristic_ms,
-            "best_ms": None,
-            "speedup": None,
-            "verified": False,
-            "measurements": len(measured) + 1,
-        }
-        write_atomic(out / "summary.json", json.dumps(summary, indent=1))
+        summary = OptimizeSummary(
+            program=program.name,
+            verified=False,
+            measurements=len(measured) + 1,
+            baseline_ms=baseline_ms,
+            baseline_note=baseline_note,
+            heuristic_ms=heuristic_ms,
+        )
+        write_atomic(out / "summary.json", json.dumps(summary.to_json(), indent=1))
         raise OptimizeError(
             f"{program.name}: no schedule verified; see {out / 'measurements.jsonl'}"
         )
     good.sort(key=lambda item: item[1].median_s)
     source, best = good[0]
     ranking = [
-        {
-            "source": name,
-            "ms": m.median_s * 1e3,
-            "over_best": m.median_s / best.median_s,  # 1 for the best, above 1 for the others
-            "speedup": base.median_s / m.median_s if base.ok else None,
-        }
+        Ranked(
+            source=name,
+            ms=m.median_s * 1e3,
+            over_best=m.median_s / best.median_s,  # 1 for the best, above 1 for the others
+            speedup=base.median_s / m.median_s if base.ok else None,
+        )
         for name, m in good
     ]
     say(
         "  ranked by time: "
         + ", ".join(
-            f"{r['source']} {r['ms']:.3f} ms"
-            + (f" ({r['over_best']:.2f}x the best's time)" if r["over_best"] > 1 else "")
+            f"{r.source} {r.ms:.3f} ms"
+            + (f" ({r.over_best:.2f}x the best's time)" if r.over_best > 1 else "")
             for r in ranking[:10]
         )
         + (f", and {len(ranking) - 10} more" if len(ranking) > 10 else "")
@@ -247,25 +214,25 @@ def optimize(
     write_atomic(out / "schedule.json", json.dumps(schedule.to_json(), indent=1))
     write_atomic(out / "transform.mlir", script + "\n")
     write_atomic(out / "transformed.mlir", transformed_mlir(program.mlir, script or None))
-    summary = {
-        "program": program.name,
-        "machine_id": machine_fingerprint()["machine_id"],
-        "agent": str(run),
-        "threads": threads,
-        "baseline_ms": baseline_ms,
-        "baseline_note": baseline_note,
-        "heuristic_ms": heuristic_ms,
-        "best_ms": best.median_s * 1e3,
-        "best_source": source,
-        "speedup": ranking[0]["speedup"],
-        "over_heuristic": (heuristic_ms / (best.median_s * 1e3)) if heuristic_ms else None,
-        "gflops": best.gflops,
-        "verified": True,
-        "max_error": best.max_error,
-        "measurements": len(measured) + 1,
-        "schedule": schedule.describe(),
-        "ranking": ranking,
-        "replay": f"mlirrl-jax measure {path} --schedule {out / 'schedule.json'} --threads {threads}",
-    }
-    write_atomic(out / "summary.json", json.dumps(summary, indent=1))  # last: the run is whole
+    summary = OptimizeSummary(
+        program=program.name,
+        machine_id=machine_fingerprint()["machine_id"],
+        agent=str(run),
+        threads=threads,
+        baseline_ms=baseline_ms,
+        baseline_note=baseline_note,
+        heuristic_ms=heuristic_ms,
+        best_ms=best.median_s * 1e3,
+        best_source=source,
+        speedup=ranking[0].speedup,
+        over_heuristic=(heuristic_ms / (best.median_s * 1e3)) if heuristic_ms else None,
+        gflops=best.gflops,
+        verified=True,
+        max_error=best.max_error,
+        measurements=len(measured) + 1,
+        schedule=schedule.describe(),
+        ranking=ranking,
+        replay=f"mlirrl-jax measure {path} --schedule {out / 'schedule.json'} --threads {threads}",
+    )
+    write_atomic(out / "summary.json", json.dumps(summary.to_json(), indent=1))  # last: whole
     return summary

@@ -3,7 +3,8 @@ surrogate, between stretches of simulated training.
 
 Every `iterations_per_round` PPO iterations, a round:
 1. picks `round_programs` training programs (`selection`: where the agent's predicted gain
-   over the heuristic is largest, or uniformly) and takes the agent's `top_k` distinct
+   over the heuristic times the surrogate ensemble's spread is largest, where the gain alone
+   is, or uniformly) and takes the agent's `top_k` distinct
    schedules of each, sampled and ranked by the surrogate, plus each program's baseline if this
    machine has none; the fixed tracking programs' greedy schedules; and every
    `heldout_every` rounds the held-out test programs' greedy and heuristic schedules;
@@ -50,10 +51,10 @@ round re-measures what a kill lost before its commit, and that counts).
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import shutil
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
@@ -61,7 +62,6 @@ from pathlib import Path
 
 import jax
 import numpy as np
-from tqdm import tqdm
 
 from cost_model.api import CostModel, predict_dataset
 from cost_model.dataset import Dataset, load_dataset, random_states
@@ -70,6 +70,8 @@ from mlirrl_jax.agent.agent import Agent
 from mlirrl_jax.agent.surrogate import Surrogate, load_surrogate
 from mlirrl_jax.agent.train import AgentConfig
 from mlirrl_jax.collect import CollectConfig, CollectReport, Task, measure_stream
+from mlirrl_jax.env.replay import state_of_schedule
+from mlirrl_jax.errors import ConfigError
 from mlirrl_jax.heuristics import heuristic_schedule
 from mlirrl_jax.measure.fingerprint import machine_fingerprint
 from mlirrl_jax.measure.timing import TimingMethod
@@ -77,11 +79,24 @@ from mlirrl_jax.programs.ir import Program
 from mlirrl_jax.runfolder import write_atomic
 from mlirrl_jax.sampler import EpisodeSampler, random_policy
 from mlirrl_jax.schedule import Schedule
+from mlirrl_jax.shipped import DEFAULT_STORE
 from mlirrl_jax.store import MeasurementStore
-from mlirrl_jax.validate import geomean, pick_evenly
+from mlirrl_jax.util.plots import pyplot, save_figure
+from mlirrl_jax.util.progress import progress_bar
+from mlirrl_jax.util.stats import geomean, pick_evenly
 
-SELECTIONS = ("gain", "uniform")
+log = logging.getLogger(__name__)
+
+SELECTIONS = ("uncertain_gain", "gain", "uniform")
 UPDATES = ("measured", "anchored", "residual")
+
+
+def uncertain_gain_order(gain: np.ndarray, spread: np.ndarray) -> np.ndarray:
+    """Indices of programs, the largest claim first: the agent's predicted log-gain over the
+    heuristic (none counted below 0) times the surrogate ensemble's spread on its schedule;
+    programs that claim nothing follow, by their gain."""
+    claim = np.maximum(gain, 0.0) * spread
+    return np.lexsort((-gain, -claim))
 
 
 @dataclass(frozen=True)
@@ -100,9 +115,11 @@ class RegroundConfig:
     real_budget: int = 2000
     """Real measurements the run may make in all, a hard cap (baselines, calibration,
     validation and tracking included; what the store already has costs nothing)."""
-    selection: str = "gain"
-    """How a round picks its programs: "gain" (largest predicted gain of the agent over the
-    heuristic) or "uniform"."""
+    selection: str = "uncertain_gain"
+    """How a round picks its programs: "uncertain_gain" (largest predicted gain of the
+    agent's greedy schedule over the heuristic times the ensemble's spread on it: where the
+    surrogate claims much and is unsure of it; programs with no predicted gain last, by gain),
+    "gain" (largest predicted gain) or "uniform"."""
     update: str = "residual"
     """What an update learns from: "measured" (this machine's rows alone), "anchored" (plus
     random states of the same programs labeled by the prior) or "residual" (plus random states
@@ -132,7 +149,7 @@ class RegroundConfig:
     baseline."""
     max_mflops: float = 400.0
     """Only programs of at most this many MFLOP are measured (a measurement's time)."""
-    store: str = "data/measurements.db"
+    store: str = DEFAULT_STORE
     """The measurement store; only this machine's rows are read and written."""
     threads: int = 1
     """Threads per measured kernel: the rounds measure, learn from and track only this
@@ -146,17 +163,17 @@ class RegroundConfig:
 
     def __post_init__(self):
         if self.selection not in SELECTIONS:
-            raise ValueError(f"selection must be one of {SELECTIONS}, got {self.selection!r}")
+            raise ConfigError(f"selection must be one of {SELECTIONS}, got {self.selection!r}")
         if self.update not in UPDATES:
-            raise ValueError(f"update must be one of {UPDATES}, got {self.update!r}")
+            raise ConfigError(f"update must be one of {UPDATES}, got {self.update!r}")
         for name in ("iterations_per_round", "round_programs", "top_k", "workers", "threads"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+                raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
         for name in ("rounds", "real_budget", "track_programs", "heldout_programs"):
             if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not 0.0 <= self.held_back < 1.0:
-            raise ValueError(f"held_back must be in [0, 1), got {self.held_back}")
+            raise ConfigError(f"held_back must be in [0, 1), got {self.held_back}")
 
     def run_iterations(self) -> int:
         """The iterations of a run given no budget: K before each round and K after the last."""
@@ -167,7 +184,7 @@ class RegroundConfig:
         passes)."""
         last = self.rounds * self.iterations_per_round
         if 0 < iterations <= last:
-            raise ValueError(
+            raise ConfigError(
                 f"--iterations {iterations} reaches {(iterations - 1) // self.iterations_per_round}"
                 f" of the {self.rounds} re-grounding rounds (the last comes after iteration "
                 f"{last}): give --iterations {last + 1} or more, or leave it out to train "
@@ -182,7 +199,7 @@ class RegroundConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise ValueError(f"unknown re-grounding keys {unknown}; known: {sorted(known)}")
+            raise ConfigError(f"unknown re-grounding keys {unknown}; known: {sorted(known)}")
         return cls(**data)
 
 
@@ -274,7 +291,6 @@ class Regrounding:
         heldout_programs: list[Program],
         validation_programs: list[Program],
         prior: Surrogate,
-        progress: bool = True,
     ):
         config.check_iterations(agent_config.iterations)  # before anything is written
         self.dir = Path(run_dir) / "regrounding"
@@ -283,12 +299,11 @@ class Regrounding:
         self.agent_config = agent_config
         self.prior = prior
         self.machine = machine_fingerprint()["machine_id"]
-        self.say = (lambda t: print(t, file=sys.stderr, flush=True)) if progress else (lambda t: 0)
-        self.progress = progress
+        self.say = log.info
         small = lambda ps: [p for p in ps if p.flops <= config.max_mflops * 1e6]  # noqa: E731
         self.pool = small(train_programs)
         if not self.pool:
-            raise ValueError(f"no training program of at most {config.max_mflops} MFLOP")
+            raise ConfigError(f"no training program of at most {config.max_mflops} MFLOP")
         self.track = pick_evenly(self.pool, config.track_programs)
         self.heldout = pick_evenly(small(heldout_programs), config.heldout_programs)
         self.validation = pick_evenly(small(validation_programs), config.validation_programs)
@@ -300,7 +315,7 @@ class Regrounding:
         if config_path.is_file():
             saved = RegroundConfig.from_json(json.loads(config_path.read_text()))
             if saved != config:
-                raise ValueError(
+                raise ConfigError(
                     f"{self.dir} was started with another re-grounding config; resume with it"
                 )
         else:
@@ -314,7 +329,7 @@ class Regrounding:
             else {"completed": 0, "spent": 0, "chosen": [], "machine_id": self.machine}
         )
         if self.state["machine_id"] != self.machine:
-            raise ValueError(
+            raise ConfigError(
                 f"{self.dir} re-grounds on machine {self.state['machine_id']}; this is "
                 f"{self.machine}: start a new run here"
             )
@@ -493,12 +508,20 @@ class Regrounding:
             picks = [candidates[i] for i in rng.permutation(len(candidates))[: c.round_programs]]
         else:
             reward = evaluator.prepare(agent.surrogate.params)
-            greedy = np.log([s[0].predicted_speedup for _, s in best(candidates)])
+            greedy = list(best(candidates))
+            rows = [row_of[p.name] for p in candidates]
             gain = (
-                greedy
-                - evaluator.heuristic(reward, c.threads)[[row_of[p.name] for p in candidates]]
+                np.log([s[0].predicted_speedup for _, s in greedy])
+                - evaluator.heuristic(reward, c.threads)[rows]
             )
-            picks = [candidates[i] for i in np.argsort(-gain, kind="stable")[: c.round_programs]]
+            order = np.argsort(-gain, kind="stable")
+            if c.selection == "uncertain_gain":
+                states = [
+                    state_of_schedule(p, s[0].schedule).to_env_state(row)
+                    for (p, s), row in zip(greedy, rows, strict=True)
+                ]
+                order = uncertain_gain_order(gain, evaluator.spread_states(reward, states))
+            picks = [candidates[i] for i in order[: c.round_programs]]
         for program, scored in best(picks, c.top_k):
             planned += [Planned(program, s.schedule, "learn", s.predicted_speedup) for s in scored]
         for program, scored in best(self.track):
@@ -549,7 +572,6 @@ class Regrounding:
             timeout_s=self.config.timeout_s,
             threads=self.config.threads,
             method=TimingMethod(seed=self.config.seed),
-            progress=self.progress,
         )
         by_key, baseline = {p.key: p for p in planned}, Schedule().hash
         most_needed = [
@@ -574,7 +596,7 @@ class Regrounding:
             report = CollectReport()
             if not todo:
                 return report
-            bar = tqdm(total=len(todo), unit="meas", disable=not self.progress, desc="measuring")
+            bar = progress_bar(total=len(todo), unit="meas", desc="measuring")
             with (self.dir / "measured.jsonl").open("a") as sink:  # the run's own spending
 
                 def spent(task: Task, _) -> None:
@@ -771,7 +793,7 @@ def scratch_trees(data: Dataset, exclude: set, seed: int) -> Callable[[Dataset],
             or (data.programs[data.program[i]].hash, data.schedule_hash[i]) not in exclude
         ]
         data = data.subset(np.asarray(keep, np.int64))
-    teacher, _ = fit_tree_teacher(data, SCRATCH_ROUNDS, SCRATCH_LEAVES, seed, progress=False)
+    teacher, _ = fit_tree_teacher(data, SCRATCH_ROUNDS, SCRATCH_LEAVES, seed)
     return lambda rows: teacher.predict(rows.features)
 
 
@@ -851,14 +873,22 @@ def _round_line(row: dict) -> str:
     )
 
 
-def rounds(config: RegroundConfig | None):
-    """The `regrounding` argument of `run_training`: builds the run's `Regrounding` from
-    `config`, or on resume from the config the run started with (None: no rounds)."""
-    from mlirrl_jax.agent.run import load_programs, training_suites
-    from mlirrl_jax.splits import SURROGATE_VALIDATION, TEST
+@dataclass(frozen=True)
+class Rounds:
+    """The `regrounding` argument of `run_training` (`rounds(config)`): called with the run's
+    folder, whether it resumes, its agent config, training programs and prior, it builds the
+    run's `Regrounding` from `config`, or on resume from the config the run started with
+    (`config` None); None where there are no rounds."""
 
-    def build(out: Path, resume: bool, agent_config, train_programs, prior, progress):
-        chosen = config
+    config: RegroundConfig | None
+
+    def __call__(
+        self, out: Path, resume: bool, agent_config, train_programs, prior
+    ) -> Regrounding | None:
+        from mlirrl_jax.agent.run import load_programs, training_suites
+        from mlirrl_jax.splits import SURROGATE_VALIDATION, TEST
+
+        chosen = self.config
         saved = Path(out) / "regrounding" / "config.json"
         if chosen is None and resume and saved.is_file():
             chosen = RegroundConfig.from_json(json.loads(saved.read_text()))
@@ -872,11 +902,12 @@ def rounds(config: RegroundConfig | None):
             load_programs(TEST, ("dl-v0",)),
             load_programs(SURROGATE_VALIDATION, training_suites(agent_config, prior)),
             prior,
-            progress,
         )
 
-    build.config = config  # None: the resumed run's own
-    return build
+
+def rounds(config: RegroundConfig | None) -> Rounds:
+    """The re-grounding of a training run: `config`'s, or (None) a resumed run's own."""
+    return Rounds(config)
 
 
 def format_rounds(rows: list[dict]) -> str:
@@ -924,11 +955,7 @@ def save_round_plots(directory: Path, rows: list[dict], points: list[dict]) -> l
     """`onpolicy_error.png` (the errors per round) and `predicted_vs_real.png` (each round's
     measured schedules: the speedup the surrogate predicted when choosing them against the
     real one, coloured by round)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     written = []
     if rows:
         fig, ax = plt.subplots(figsize=(7, 4))
@@ -945,9 +972,7 @@ def save_round_plots(directory: Path, rows: list[dict], points: list[dict]) -> l
         ax.set_ylabel("MAPE of speedup")
         ax.legend()
         fig.tight_layout()
-        written.append(directory / "onpolicy_error.png")
-        fig.savefig(written[-1], dpi=100)
-        plt.close(fig)
+        written.append(save_figure(fig, directory / "onpolicy_error.png"))
     if points:
         fig, ax = plt.subplots(figsize=(5, 5))
         scatter = ax.scatter(
@@ -966,7 +991,5 @@ def save_round_plots(directory: Path, rows: list[dict], points: list[dict]) -> l
         ax.set_ylabel("predicted when chosen")
         fig.colorbar(scatter, label="round")
         fig.tight_layout()
-        written.append(directory / "predicted_vs_real.png")
-        fig.savefig(written[-1], dpi=100)
-        plt.close(fig)
+        written.append(save_figure(fig, directory / "predicted_vs_real.png"))
     return written

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import shlex
 import shutil
@@ -34,11 +35,15 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
+from mlirrl_jax.errors import Error
+
+log = logging.getLogger(__name__)
+
 LOCK = "run.lock"
 OWNER_WAIT_S = 1.0  # how long a refused process waits for the owner's record to be written
 
 
-class RunFolderError(ValueError):
+class RunFolderError(Error, ValueError):
     """A run folder that cannot be used: in use, a file, not writable, without a checkpoint."""
 
 
@@ -185,10 +190,7 @@ def _take(folder: Path, command: str) -> int:
                 f"still runs: if it has ended, remove {path} and run again"
             )
         if before is not None:  # its holder died: the kernel dropped its flock
-            print(
-                f"{folder}: taking over the lock of {_describe(before)}, which ended",
-                file=sys.stderr,
-            )
+            log.warning("%s: taking over the lock of %s, which ended", folder, _describe(before))
         with naming(path):
             os.ftruncate(fd, 0)
             os.pwrite(fd, _owner_record(command), 0)

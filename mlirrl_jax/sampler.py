@@ -15,7 +15,8 @@ from mlirrl_jax.actions import KIND_INDEX, PARALLEL_TILES, TILES_INDEX, TILES_OF
 from mlirrl_jax.env.jax_env import JaxEnv, sample_action
 from mlirrl_jax.env.observation import Observation
 from mlirrl_jax.env.replay import replay
-from mlirrl_jax.env.state import ProgramTable, encode_programs
+from mlirrl_jax.env.state import ProgramTable
+from mlirrl_jax.env.table import encode_programs
 from mlirrl_jax.programs.ir import Program
 from mlirrl_jax.schedule import Schedule
 

@@ -9,23 +9,48 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
+
+from mlirrl_jax.errors import Error
 
 SCHEDULE_FORMAT = 1
 
-TILE = "tile"  # tile_using_for: one level of scf.for tiling
-TILE_PARALLEL = "tile_parallel"  # tile_using_forall on parallel loops (threads)
-TILE_FUSE = "tile_fuse"  # tile_using_forall, then fuse the op's producers into the loop
-INTERCHANGE = "interchange"  # permute the op's loops (generalizes named ops)
-VECTORIZE = "vectorize"  # vectorize the (tiled) op; contraction -> FMAs, hoisting
-DECOMPOSE = "decompose"  # 2-D conv/pooling with a size-1 window row -> 1-D, so it vectorizes
-PACK = "pack"  # copy the tile of a matmul's B into a contiguous panel per outer tile
 
-KINDS = (TILE, TILE_PARALLEL, TILE_FUSE, INTERCHANGE, VECTORIZE, DECOMPOSE, PACK)
+class Kind(Enum):
+    """Every transformation kind, named once. Its value is its name in schedules (JSON) and
+    in the transform script (`transform.py`); its place in this list (`action`) is its index in
+    the agent's kind head, after 0, "next op" (`actions.py`): append a new kind at the end, so
+    the existing indices keep their meaning (docs/adding-a-transform.md)."""
+
+    TILE_PARALLEL = "tile_parallel"  # tile_using_forall on parallel loops (threads)
+    TILE_FUSE = "tile_fuse"  # tile_using_forall, then fuse the op's producers into the loop
+    INTERCHANGE = "interchange"  # permute the op's loops (generalizes named ops)
+    TILE = "tile"  # tile_using_for: one level of scf.for tiling
+    DECOMPOSE = "decompose"  # 2-D conv/pooling with a size-1 window row -> 1-D, so it vectorizes
+    VECTORIZE = "vectorize"  # vectorize the (tiled) op; contraction -> FMAs, hoisting
+    PACK = "pack"  # copy the tile of a matmul's B into a contiguous panel per outer tile
+
+    @property
+    def action(self) -> int:
+        """The kind head's index of this kind (0 is "next op")."""
+        return list(Kind).index(self) + 1
+
+
+# the kinds' names, as `Transform.kind` holds them (plain strings: JSON as it is)
+TILE = Kind.TILE.value
+TILE_PARALLEL = Kind.TILE_PARALLEL.value
+TILE_FUSE = Kind.TILE_FUSE.value
+INTERCHANGE = Kind.INTERCHANGE.value
+VECTORIZE = Kind.VECTORIZE.value
+DECOMPOSE = Kind.DECOMPOSE.value
+PACK = Kind.PACK.value
+
+KINDS = tuple(k.value for k in Kind)
 TILING_KINDS = (TILE, TILE_PARALLEL, TILE_FUSE)  # the kinds that take tile sizes
 
 
-class ScheduleError(ValueError):
+class ScheduleError(Error, ValueError):
     """A schedule that is malformed as data (not one that fails to compile)."""
 
 

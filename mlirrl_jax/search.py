@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import jax
 import numpy as np
 
+from mlirrl_jax.errors import Error
 from mlirrl_jax.heuristics import heuristic_schedule
 from mlirrl_jax.measure.timing import Measurement
 from mlirrl_jax.programs.ir import Program
@@ -33,7 +34,7 @@ from mlirrl_jax.schedule import Schedule
 log = logging.getLogger(__name__)
 
 
-class SearchError(ValueError):
+class SearchError(Error, ValueError):
     """A search configuration that cannot run."""
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 
+from mlirrl_jax.errors import ConfigError
 from mlirrl_jax.programs import suites
 
 TRAIN, SURROGATE_VALIDATION, TEST = "train", "surrogate-validation", "test"
@@ -62,7 +63,7 @@ def split_of(name: str) -> str:
 def check_split(split: str) -> str:
     """`split` if it names a split, else a ValueError that lists them."""
     if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; the splits are {', '.join(SPLITS)}")
+        raise ConfigError(f"unknown split {split!r}; the splits are {', '.join(SPLITS)}")
     return split
 
 

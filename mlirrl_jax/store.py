@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from mlirrl_jax.actions import ACTION_SPACE_VERSION
+from mlirrl_jax.errors import Error
 from mlirrl_jax.measure.fingerprint import machine_fingerprint
 from mlirrl_jax.measure.profile import MachineProfile, known_profiles, this_machine_profile
 from mlirrl_jax.measure.timing import Measurement
@@ -143,7 +144,7 @@ COLUMNS = (
 )
 
 
-class StoreError(ValueError):
+class StoreError(Error, ValueError):
     """A store operation that would lose or mix data."""
 
 

@@ -35,11 +35,10 @@ disk) is cut off before the next run appends to it.
 
 from __future__ import annotations
 
-import io
 import json
+import logging
 import math
 import os
-import sys
 import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
@@ -47,18 +46,23 @@ from pathlib import Path
 
 import jax
 import numpy as np
-from tqdm import tqdm
 
 from mlirrl_jax.agent.agent import Agent, _bucket
 from mlirrl_jax.env.replay import replay
+from mlirrl_jax.errors import Error
 from mlirrl_jax.heuristics import heuristic_schedule
 from mlirrl_jax.measure.fingerprint import machine_fingerprint
-from mlirrl_jax.measure.runner import Runner
+from mlirrl_jax.measure.runner import DEFAULT_MEM_LIMIT_MB, Runner
 from mlirrl_jax.measure.timing import Measurement, TimingMethod
 from mlirrl_jax.programs.ir import Program
+from mlirrl_jax.programs.select import program_kind
 from mlirrl_jax.runfolder import naming, write_atomic
 from mlirrl_jax.schedule import Schedule
-from mlirrl_jax.validate import geomean, program_kind
+from mlirrl_jax.util.plots import pyplot, save_figure
+from mlirrl_jax.util.progress import progress_bar
+from mlirrl_jax.util.stats import geomean
+
+log = logging.getLogger(__name__)
 
 SCHEDULED = (
     "heuristic",
@@ -89,7 +93,7 @@ SEARCHES = ("heuristic", "random_8k", "evolutionary")  # the agent's rivals on t
 MATMUL_KINDS = ("matmul", "batch_matmul")
 
 
-class ValidationError(ValueError):
+class ValidationError(Error, ValueError):
     """Bad validation input (a setting, a program beyond the environment's limits)."""
 
 
@@ -100,11 +104,11 @@ class ValidationConfig:
     random_factor: int = 8  # the larger random search: random_factor * k measurements
     guided_samples: int = 256  # random schedules the surrogate ranks for `surrogate_topk`
     evolutionary_budget: int = 0  # real measurements of the evolutionary search (0: not run)
-    xla: bool = True
-    numpy: bool = True
+    xla: bool = True  # XLA:CPU (jax.jit of the program) measured too
+    numpy: bool = True  # NumPy/BLAS measured too, where it has the op
     seed: int = 0
     timeout_s: float = 60.0
-    mem_limit_mb: int = 8192
+    mem_limit_mb: int = DEFAULT_MEM_LIMIT_MB
     store: str | None = None  # also put every kernel measurement in this store
 
     def __post_init__(self):
@@ -344,7 +348,6 @@ class Validation:
         out: str | os.PathLike,
         config: ValidationConfig | None = None,
         agent_run: str | dict[int, str] | None = None,
-        progress: bool = True,
     ):
         """`agent`: one agent for every thread count, or one per thread count (for example
         each adapted to this machine at its thread count); `agent_run` names them alike."""
@@ -365,7 +368,7 @@ class Validation:
             agent_run if isinstance(agent_run, dict) else dict.fromkeys(threads, agent_run)
         )
         self.programs = programs
-        self.out, self.progress = Path(out), progress
+        self.out = Path(out)
         self.machine = machine_fingerprint()["machine_id"]
         self.rows_path = self.out / "validation.jsonl"
         self.out.mkdir(parents=True, exist_ok=True)
@@ -417,7 +420,7 @@ class Validation:
         if not todo:
             return rows
         started = time.perf_counter()
-        say = (lambda text: print(text, file=sys.stderr, flush=True)) if self.progress else None
+        say = log.info
         if say:
             say(f"choosing schedules of {len(todo)} programs (agent, random, surrogate-ranked)")
         plans: dict[int, list[Plan]] = {}  # per thread count: the count is observed
@@ -438,11 +441,11 @@ class Validation:
             for t in self.config.threads
             if (p.name, t) not in have
         ]
-        bar = tqdm(total=len(jobs), desc="validation", unit="run", disable=not self.progress)
+        bar = progress_bar(total=len(jobs), desc="validation", unit="run")
         try:
             with (
                 Runner(self.config.timeout_s, self.config.mem_limit_mb) as runner,
-                open(self.rows_path, "ab", buffering=0) as log,  # no buffer to flush at close
+                open(self.rows_path, "ab", buffering=0) as rows_file,  # no buffer to flush at close
             ):
                 bases: dict[str, Measurement] = {}
                 for p, threads in jobs:
@@ -460,8 +463,8 @@ class Validation:
                     line = (json.dumps(row) + "\n").encode()
                     with naming(self.rows_path):
                         while line:  # a write cut short by a filling disk: the rest, or ENOSPC
-                            line = line[log.write(line) :]
-                        os.fsync(log.fileno())
+                            line = line[rows_file.write(line) :]
+                        os.fsync(rows_file.fileno())
                     rows.append(row)
                     bar.update(1)
                     bar.set_postfix_str(f"{name.split('/')[-1]} t{threads}")
@@ -633,13 +636,6 @@ def _slug(name: str) -> str:
     return name.split("://")[-1].replace("/", "_")
 
 
-def _save_png(fig, path: Path) -> None:
-    """Save a figure as a PNG file, whole or not at all."""
-    image = io.BytesIO()
-    fig.savefig(image, format="png", dpi=100)
-    write_atomic(path, image.getvalue())
-
-
 def save_schedules(rows: list[dict], folder: Path) -> dict:
     """Each row's measured methods' best schedules as JSON files; returns
     {(program, threads, method): path}."""
@@ -800,10 +796,7 @@ def format_validation(rows: list[dict], summary: dict, config: ValidationConfig,
 def save_validation_plots(rows: list[dict], folder: Path) -> list[Path]:
     """Speedup per program per method, the CDF of the agent's speedup over the best baseline,
     and predicted against real speedup of the agent's and the guided search's schedules."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     written = []
     thread_counts = sorted({r["threads"] for r in rows})
@@ -833,9 +826,7 @@ def save_validation_plots(rows: list[dict], folder: Path) -> list[Path]:
         ax.set_ylabel("real speedup over unscheduled")
         ax.legend(fontsize=8)
     fig.tight_layout()
-    written.append(folder / "validation_speedups.png")
-    _save_png(fig, written[-1])
-    plt.close(fig)
+    written.append(save_figure(fig, folder / "validation_speedups.png"))
 
     fig, ax = plt.subplots(figsize=(6, 4.5))
     for threads in thread_counts:
@@ -862,9 +853,7 @@ def save_validation_plots(rows: list[dict], folder: Path) -> list[Path]:
     ax.set_ylabel("fraction of programs")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    written.append(folder / "validation_cdf.png")
-    _save_png(fig, written[-1])
-    plt.close(fig)
+    written.append(save_figure(fig, folder / "validation_cdf.png"))
 
     fig, ax = plt.subplots(figsize=(5, 5))
     points = []
@@ -890,7 +879,5 @@ def save_validation_plots(rows: list[dict], folder: Path) -> list[Path]:
     ax.set_ylabel("surrogate's predicted speedup (one thread)")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    written.append(folder / "validation_predicted.png")
-    _save_png(fig, written[-1])
-    plt.close(fig)
+    written.append(save_figure(fig, folder / "validation_predicted.png"))
     return written

@@ -7,6 +7,8 @@ import pytest
 
 # reference outputs the tests compute go to a folder of this session, not the user's cache
 os.environ.setdefault("MLIRRL_REFERENCE_CACHE", tempfile.mkdtemp(prefix="mlirrl-test-reference-"))
+# and stores and adapted agents the commands write by default, to one of its own
+os.environ["MLIRRL_HOME"] = tempfile.mkdtemp(prefix="mlirrl-test-home-")
 
 from mlirrl_jax.measure.runner import Runner
 from mlirrl_jax.programs import generate as g
@@ -80,7 +82,7 @@ def kernel_programs():
 
 @pytest.fixture(scope="session")
 def kernel_table(kernel_programs):
-    from mlirrl_jax.env.state import encode_programs
+    from mlirrl_jax.env.table import encode_programs
 
     return encode_programs(kernel_programs)
 
@@ -115,3 +117,31 @@ def compilation_cache(tmp_path_factory):
     folder = use_compilation_cache(tmp_path_factory.mktemp("xla-cache"))
     os.environ["JAX_COMPILATION_CACHE_DIR"] = folder
     yield folder
+
+
+# `make test-fast` leaves out what times kernels or trains (`-m "not measures and not
+# trains and not slow"`): a test that takes the session's measurement worker measures; the
+# modules below as a whole measure or train (their fixtures do), and single tests elsewhere
+# say so with their own marker
+MEASURING_FIXTURES = {"runner"}
+MODULE_MARKS = {
+    "test_agent.py": "trains",
+    "test_cost_model.py": "trains",
+    "test_machine_features.py": "trains",
+    "test_regrounding.py": "trains",
+    "test_collect.py": "measures",
+    "test_fuzz.py": "measures",
+    "test_runner.py": "measures",
+    "test_search.py": "measures",
+    "test_validation.py": "measures",
+    "test_xla.py": "measures",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if MEASURING_FIXTURES & set(item.fixturenames):
+            item.add_marker(pytest.mark.measures)
+        mark = MODULE_MARKS.get(item.path.name)
+        if mark:
+            item.add_marker(getattr(pytest.mark, mark))

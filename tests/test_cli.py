@@ -1,8 +1,12 @@
 """The command line, run as a user would run it."""
 
 import json
+import re
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from mlirrl_jax.cli import main
 from tests.conftest import MATMUL
@@ -14,6 +18,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.measures
 def test_measure_a_file_with_a_schedule(tmp_path):
     program = tmp_path / "mm.mlir"
     program.write_text(MATMUL)
@@ -40,6 +45,7 @@ def test_measure_a_file_with_a_schedule(tmp_path):
     assert "verified : True" in out
 
 
+@pytest.mark.measures
 def test_measure_json_and_threads():
     result = run_cli("measure", "suite://dl-v0/relu_1x56x56x64", "--threads", "2", "--json")
     assert result.returncode == 0, result.stderr
@@ -69,6 +75,7 @@ def test_demo_refuses_a_folder_that_holds_an_agent_run(tmp_path, capsys):
     assert "already holds an agent run" in capsys.readouterr().err
 
 
+@pytest.mark.measures
 def test_optimize_goes_on_when_the_unscheduled_run_is_over_the_limit(tmp_path, capsys, monkeypatch):
     from mlirrl_jax.measure.refcache import CACHE_ENV
     from mlirrl_jax.programs import generate as g
@@ -92,3 +99,15 @@ def test_optimize_goes_on_when_the_unscheduled_run_is_over_the_limit(tmp_path, c
     assert rows[0]["source"] == "unscheduled" and rows[0]["status"] == "timeout"
     assert rows[0]["error"].startswith("kernel run (verify and timing) not done within 1.5 s")
     assert "unscheduled over the 1.5 s limit" in printed.out
+
+
+@pytest.mark.measures
+def test_the_readmes_python_runs_as_written():
+    root = Path(__file__).resolve().parents[1]
+    code = re.search(r"```python\n(.*?)```", (root / "README.md").read_text(), re.S).group(1)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.strip().splitlines()
+    assert lines and all("x predicted" in line and line.endswith("ok") for line in lines)

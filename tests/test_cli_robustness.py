@@ -13,9 +13,11 @@ import time
 
 import pytest
 
-from mlirrl_jax.cli import build_parser, main, schedule_to_measure
+from mlirrl_jax.cli import build_parser, main
+from mlirrl_jax.cli.measure import schedule_to_measure
 from mlirrl_jax.env.replay import HostState, replay, state_of_schedule
-from mlirrl_jax.env.state import EncodingError, encode_programs
+from mlirrl_jax.env.state import EncodingError
+from mlirrl_jax.env.table import encode_programs
 from mlirrl_jax.heuristics import heuristic_schedule
 from mlirrl_jax.interrupt import check_stop, stop_on_ctrl_c
 from mlirrl_jax.programs import generate, suites
@@ -68,7 +70,7 @@ def test_a_truncated_or_foreign_store_file_is_named(tmp_path, filled_store, caps
         assert main(["store", "summary", "--store", str(path)]) == 2
         err = error_of(capsys)
         assert str(path) in err and problem in err
-        collect = ["collect", "--store", str(path), "--budget", "1", "--max-programs", "1"]
+        collect = ["collect", "--store", str(path), "--rows", "1", "--max-programs", "1"]
         assert main(collect) == 2
         err = error_of(capsys)
         assert str(path) in err and problem in err
@@ -103,7 +105,7 @@ def test_the_ray_backend_without_ray_fails_before_creating_the_store(tmp_path, m
     # fault injection: Ray is installed here; a None entry makes `import ray` fail as if not
     monkeypatch.setitem(sys.modules, "ray", None)
     store = tmp_path / "new" / "m.db"
-    command = ["collect", "--store", str(store), "--budget", "1", "--max-programs", "1"]
+    command = ["collect", "--store", str(store), "--rows", "1", "--max-programs", "1"]
     assert main([*command, "--backend", "ray"]) == 2
     err = error_of(capsys)
     assert "pip install" in err and "ray" in err
@@ -179,10 +181,10 @@ def test_measure_options_must_be_positive(tmp_path, capsys, option):
 @pytest.mark.parametrize(
     "options",
     [
-        ["--budget", "0"],
+        ["--rows", "0"],
         ["--hours", "-1"],
-        ["--budget", "1", "--workers", "0"],
-        ["--budget", "1", "--max-mflops", "0"],
+        ["--rows", "1", "--workers", "0"],
+        ["--rows", "1", "--max-mflops", "0"],
     ],
 )
 def test_collect_options_must_be_positive(tmp_path, capsys, options):
@@ -277,7 +279,7 @@ def collect_command(store, budget: int) -> list[str]:
         "collect",
         "--store",
         str(store),
-        "--budget",
+        "--rows",
         str(budget),
         "--workers",
         "1",
@@ -299,6 +301,7 @@ def measurement_count(store) -> int:
         return -1
 
 
+@pytest.mark.measures
 @pytest.mark.parametrize("moment", ["start-up", "measuring"])
 def test_ctrl_c_stops_a_collection_and_leaves_its_store_consistent(tmp_path, moment):
     store = tmp_path / "m.db"
@@ -354,8 +357,8 @@ def test_a_ctrl_c_swallowed_in_a_gc_callback_still_stops_the_job():
         gc.callbacks.remove(callback)
 
 
-def test_the_demo_fails_only_for_a_method_left_without_a_verified_result(capsys):
-    from mlirrl_jax.cli import _methods_without_result
+def test_the_demo_fails_only_for_a_method_left_without_a_verified_result(caplog):
+    from mlirrl_jax.demo import methods_without_result
 
     def row(random_status: str) -> dict:
         ms = 1.0 if random_status == "ok" else None
@@ -371,8 +374,9 @@ def test_the_demo_fails_only_for_a_method_left_without_a_verified_result(capsys)
             },
         }
 
-    assert _methods_without_result([row("ok")]) == []
-    assert "candidate schedules ended timeout" in capsys.readouterr().err
-    missing = _methods_without_result([row("no verified schedule")])
+    assert methods_without_result([row("ok")]) == []
+    assert "candidate schedules ended timeout" in caplog.text
+    caplog.clear()
+    missing = methods_without_result([row("no verified schedule")])
     assert missing == ["suite://dl-v0/relu_1x56x56x256 (random_k: no verified schedule)"]
-    assert "no verified result: suite://dl-v0/relu_1x56x56x256" in capsys.readouterr().err
+    assert "no verified result: suite://dl-v0/relu_1x56x56x256" in caplog.text

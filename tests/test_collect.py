@@ -30,7 +30,7 @@ def command(store, budget, workers=2, *options):
         "collect",
         "--store",
         str(store),
-        "--budget",
+        "--rows",
         str(budget),
         "--workers",
         str(workers),
@@ -105,7 +105,6 @@ def test_injected_failures_are_stored_with_their_reason_and_the_job_goes_on(tmp_
         timeout_s=10,
         method=QUICK,
         inject_faults=("crash", "hang", "wrong_output"),
-        progress=False,
     )
     report = CollectionJob(config).run()
     statuses = {status for status, _ in rows(config.store).values()}
@@ -158,7 +157,6 @@ def test_ray_backend_against_a_local_ray_instance(tmp_path):
             backend="ray",
             address=f"127.0.0.1:{port}",
             method=QUICK,
-            progress=False,
         )
         report = CollectionJob(config).run()
         assert report.stored_for_split == 6 and report.failures == 0
@@ -180,7 +178,6 @@ def test_a_rerun_fast_forwards_past_more_stored_schedules_than_the_exhaustion_li
             max_programs=1,
             baselines_of=("train",),
             method=QUICK,
-            progress=False,
         )
 
     first = CollectionJob(config(60)).run()
@@ -234,7 +231,6 @@ def test_schedules_come_per_visit_in_a_row_of_each_program(tmp_path):
             max_programs=5,
             baselines_of=("train",),
             per_visit=3,
-            progress=False,
         )
     )
     tasks = job.tasks()
@@ -273,7 +269,6 @@ def _sampled(tmp_path, mix, count, name):
             max_programs=3,
             baselines_of=("train",),
             mix=mix,
-            progress=False,
         )
     )
     try:

@@ -1,5 +1,7 @@
 """The surrogate: features identical to the env's, training, checkpoints, interface, metrics."""
 
+import json
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -49,7 +51,6 @@ def store_path(tmp_path_factory):
             workers=2,
             programs=CHEAP_PROGRAMS,
             baselines_of=("train",),
-            progress=False,
             method=TimingMethod(min_repeats=3, min_time_s=0.01),
         )
     ).run()
@@ -64,7 +65,7 @@ def dataset(store_path):
 
 @pytest.fixture(scope="module")
 def model(dataset):
-    return CostModel.fit(dataset, SMALL, progress=False)
+    return CostModel.fit(dataset, SMALL)
 
 
 def test_training_examples_are_featurized_as_the_env_does(dataset):
@@ -223,7 +224,7 @@ def test_an_ensemble_averages_members_trained_on_their_own_batches(dataset):
     from cost_model.model import ModelConfig, apply, apply_members
 
     config = replace(SMALL, epochs=10, model=ModelConfig(members=3))
-    ensemble, _ = CostModel.fit(dataset, config, progress=False)
+    ensemble, _ = CostModel.fit(dataset, config)
     feats = jax.tree.map(jnp.asarray, dataset.features)
     each = np.asarray(apply_members(ensemble.graphdef, ensemble.params, feats))
     assert each.shape == (3, len(dataset))
@@ -260,13 +261,12 @@ def test_distillation_gives_one_network_close_to_its_teacher(dataset, tmp_path):
         distill_states=512,
         distill_epochs=30,
     )
-    student, history = CostModel.fit(dataset, config, progress=False)
+    student, history = CostModel.fit(dataset, config)
     assert jax.tree.leaves(student.params)[0].shape[0] == 1
     assert {h["phase"] for h in history} == {"teacher", "labels", "student"}
     teacher, _ = CostModel.fit(
         dataset,
         replace(SMALL, model=ModelConfig(members=3, op_width=config.teacher_op_width)),
-        progress=False,
     )
     # on states neither saw, the student follows the ensemble it learned from
     unseen = random_states(dataset, 256, seed=7)
@@ -283,7 +283,7 @@ def test_tree_teacher_labels_follow_the_measurements_and_the_student_follows_the
     from cost_model.metrics import evaluate
     from cost_model.teacher import fit_tree_teacher
 
-    trees, curve = fit_tree_teacher(dataset, rounds=60, leaves=15, seed=0, progress=False)
+    trees, curve = fit_tree_teacher(dataset, rounds=60, leaves=15, seed=0)
     fitted = trees.predict(dataset.features)
     assert curve[-1]["l2"] < curve[0]["l2"]
     # on the rows it was fitted on: close to the measured times, better than the analytic model
@@ -295,13 +295,11 @@ def test_tree_teacher_labels_follow_the_measurements_and_the_student_follows_the
     # the full pipeline: trees label random states, one network learns from them
     config = replace(SMALL, teacher="trees", teacher_rounds=60, teacher_leaves=15)
     config = replace(config, distill_states=512, distill_epochs=30)
-    student, history = CostModel.fit(dataset, config, progress=False)
+    student, history = CostModel.fit(dataset, config)
     assert {h["phase"] for h in history} == {"teacher", "labels", "student"}
     unseen = random_states(dataset, 256, seed=7)
     s = predict_dataset(student, unseen)
-    t = fit_tree_teacher(dataset, rounds=60, leaves=15, seed=0, progress=False)[0].predict(
-        unseen.features
-    )
+    t = fit_tree_teacher(dataset, rounds=60, leaves=15, seed=0)[0].predict(unseen.features)
     assert np.corrcoef(s, t)[0, 1] > 0.8
     with pytest.raises(ValueError, match="teacher 'forest'"):
         replace(SMALL, teacher="forest")
@@ -311,32 +309,35 @@ def test_the_fit_job_writes_metrics_a_plot_and_a_model_that_reevaluates_the_same
     store_path, tmp_path
 ):
     from cost_model.report import evaluate_saved, fit_and_report, format_metrics
+    from mlirrl_jax.records import FitResult
 
     machine = machine_fingerprint()["machine_id"]
     out = tmp_path / "run"
-    result = fit_and_report(store_path, out, machine, SMALL, progress=False)
+    result = fit_and_report(store_path, out, machine, SMALL)
     assert (out / "metrics.json").is_file() and (out / "predicted_vs_measured.png").is_file()
     # fitted on the train split, evaluated on the surrogate-validation split
-    assert result["held_out_programs"] == 2 and result["train_rows"] > 0
-    assert result["test_rows_left_out"] == 0
-    for name in ("surrogate", "analytic_baseline"):
-        assert 0.0 <= result[name]["pairwise_accuracy"] <= 1.0
-        assert np.isfinite(result[name]["mape_speedup"])
+    assert result.held_out_programs == 2 and result.train_rows > 0
+    assert result.test_rows_left_out == 0
+    for scores in (result.surrogate, result.analytic_baseline):
+        assert 0.0 <= scores["pairwise_accuracy"] <= 1.0
+        assert np.isfinite(scores["mape_speedup"])
     # per family: the held-out programs split by model family, each scored alone
-    by_family = result["surrogate_by_family"]
-    assert sum(m["programs"] for m in by_family.values()) == result["held_out_programs"]
-    assert sum(m["schedules"] for m in by_family.values()) == result["held_out_rows"]
+    by_family = result.surrogate_by_family
+    assert sum(m["programs"] for m in by_family.values()) == result.held_out_programs
+    assert sum(m["schedules"] for m in by_family.values()) == result.held_out_rows
     if len(by_family) == 1:
-        assert next(iter(by_family.values())) == result["surrogate"]
-    training = result["surrogate_on_training_programs"]
-    assert training["schedules"] == result["train_rows"]
+        assert next(iter(by_family.values())) == result.surrogate
+    training = result.surrogate_on_training_programs
+    assert training["schedules"] == result.train_rows
     table = format_metrics(result)
     assert all(f"| {name} | {m['programs']} |" in table for name, m in by_family.items())
+    saved = json.loads((out / "metrics.json").read_text())  # the file is the record, whole
+    assert FitResult.from_json(saved).train_rows == result.train_rows
     again = evaluate_saved(out / "model", store_path)
-    assert again["held_out_rows"] == result["held_out_rows"]
+    assert again.held_out_rows == result.held_out_rows
     for key in ("mape_speedup", "spearman", "pairwise_accuracy", "top1"):
-        assert again["surrogate"][key] == pytest.approx(result["surrogate"][key], abs=1e-5)
-    assert again["surrogate_by_family"].keys() == by_family.keys()
+        assert again.surrogate[key] == pytest.approx(result.surrogate[key], abs=1e-5)
+    assert again.surrogate_by_family.keys() == by_family.keys()
 
 
 def test_the_metrics_table_marks_a_family_with_only_baselines():
@@ -347,11 +348,9 @@ def test_the_metrics_table_marks_a_family_with_only_baselines():
         np.array([0.0, 1.0, 2.0]), np.array([0.0, 2.0, 1.0]), np.zeros(3), np.eye(3)[0] > 0
     )
     lone = evaluate(np.zeros(1), np.zeros(1), np.zeros(1), np.ones(1, bool))
-    result = {
-        "surrogate": two,
-        "analytic_baseline": two,
-        "surrogate_by_family": {"a": two, "b": lone},
-    }
+    from mlirrl_jax.records import HeldOutScores
+
+    result = HeldOutScores("m", 2, 4, two, two, {"a": two, "b": lone})
     table = format_metrics(result)
     assert "| b | 1 | - | - | - | - | - |" in table and "nan" not in table
     assert "| a | 1 | 117.5% | 0.500 | 0.667 | 1.000 | 1.000 |" in table
@@ -423,7 +422,7 @@ def test_step_caps_bound_the_batches_of_each_phase(dataset):
         distill_epochs=1000,
         distill_max_steps=7,
     )
-    _, _, history = fit(dataset, capped, progress=False)
+    _, _, history = fit(dataset, capped)
     last = {h["phase"]: h["step"] for h in history if "step" in h}
     assert last == {"teacher": 11, "student": 6}
     # uncapped, the same epochs would run many more batches
@@ -436,7 +435,7 @@ def test_fits_repeat_exactly_and_feature_noise_changes_them(dataset):
     from cost_model.train import fit
 
     quiet = replace(SMALL, max_steps=60, feature_noise=0.0)
-    leaves = lambda config: jax.tree.leaves(fit(dataset, config, progress=False)[1])  # noqa: E731
+    leaves = lambda config: jax.tree.leaves(fit(dataset, config)[1])  # noqa: E731
     first, again, noisy = leaves(quiet), leaves(quiet), leaves(replace(quiet, feature_noise=0.1))
     assert all(np.array_equal(a, b) for a, b in zip(first, again))
     assert not all(np.allclose(a, b) for a, b in zip(first, noisy))
@@ -523,7 +522,7 @@ def test_an_op_outside_every_parallel_loop_is_predicted_at_one_thread():
     a parallel op still reads the threads."""
     from mlirrl_jax.env.features import THREADS_COLUMN, ops_on_one_thread
     from mlirrl_jax.env.replay import state_of_schedule
-    from mlirrl_jax.env.state import encode_programs
+    from mlirrl_jax.env.table import encode_programs
     from mlirrl_jax.heuristics import heuristic_schedule
     from mlirrl_jax.programs.ir import load_program
     from mlirrl_jax.schedule import Schedule

@@ -18,7 +18,7 @@ from mlirrl_jax.env.features import (
     stride_features,
 )
 from mlirrl_jax.env.jax_env import run_actions
-from mlirrl_jax.env.state import encode_programs
+from mlirrl_jax.env.table import encode_programs
 from mlirrl_jax.programs import generate as g
 from mlirrl_jax.programs.ir import parse_program
 from mlirrl_jax.schedule import Schedule

@@ -2,7 +2,7 @@
 
 import pytest
 
-from mlirrl_jax.env.state import encode_programs
+from mlirrl_jax.env.table import encode_programs
 from mlirrl_jax.fuzz import failure_kinds, fuzz, remainder_tiles
 from mlirrl_jax.programs import suites
 from mlirrl_jax.programs.ir import load_program

@@ -17,7 +17,8 @@ SCRIPT = textwrap.dedent(
     import jax.numpy as jnp
     from cost_model.api import CostModel
     from cost_model.model import ModelConfig, build
-    from mlirrl_jax.env.state import encode_programs, initial_state
+    from mlirrl_jax.env.state import initial_state
+    from mlirrl_jax.env.table import encode_programs
     from mlirrl_jax.programs import suites
     from mlirrl_jax.programs.ir import load_program
 

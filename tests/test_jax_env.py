@@ -26,7 +26,8 @@ from mlirrl_jax.env.replay import (
     state_of_schedule,
 )
 from mlirrl_jax.env.reward import ShapedReward, evaluate_where
-from mlirrl_jax.env.state import EncodingError, encode_programs
+from mlirrl_jax.env.state import EncodingError
+from mlirrl_jax.env.table import encode_programs
 from mlirrl_jax.programs import generate as g
 from mlirrl_jax.programs.ir import parse_program
 

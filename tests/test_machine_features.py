@@ -17,7 +17,7 @@ from cost_model.train import TrainConfig
 from mlirrl_jax import integrity
 from mlirrl_jax.cli import main
 from mlirrl_jax.env.features import MACHINE_FEATURES, STATIC_OP_FEATURES
-from mlirrl_jax.env.state import encode_programs
+from mlirrl_jax.env.table import encode_programs
 from mlirrl_jax.measure.bandwidth import stream_bandwidth_gbs
 from mlirrl_jax.measure.fingerprint import machine_fingerprint, vector_lanes
 from mlirrl_jax.measure.profile import (
@@ -240,7 +240,7 @@ def test_a_machine_left_out_is_predicted_from_its_profile(store_path, both):
     is_seed = np.array([m == SEED_MACHINE for m in both.machines])
     seed_only = both.subset(np.flatnonzero(is_seed[both.program]))
     mine = both.subset(np.flatnonzero(~is_seed[both.program]))
-    model, _ = CostModel.fit(seed_only, TINY, progress=False)
+    model, _ = CostModel.fit(seed_only, TINY)
     assert model.meta["machine_id"] == SEED_MACHINE
     assert set(model.meta["machines"]) == {SEED_MACHINE} and model.meta["thread_counts"] == [1]
     # this machine's programs, encoded with its profile, as the helper encodes them
@@ -344,7 +344,6 @@ def test_the_uncertain_source_picks_what_the_ensemble_is_least_sure_of(fit_run, 
         surrogate=fit_run / "model",
         candidates=4,
         threads=2,
-        progress=False,
     )
     job = CollectionJob(config)
     try:

@@ -87,7 +87,7 @@ def run(tmp_path_factory):
     killed_at = len(_lines(measured))
     assert killed_at >= 3, "the run never got to measuring"
     assert not (out / "regrounding" / "rounds.jsonl").is_file()  # round 1 had not ended
-    summary = run_training(out, resume=True, progress=False, regrounding=rounds(None))
+    summary = run_training(out, resume=True, regrounding=rounds(None))
     return {"out": out, "store": store, "killed_at": killed_at, "summary": summary}
 
 
@@ -208,6 +208,28 @@ def test_an_update_is_refused_only_when_its_held_back_error_grew():
     assert update_refusal({"mape_speedup": float("nan")}, {"mape_speedup": 0.3}) is None
 
 
+def test_a_round_measures_first_where_the_surrogate_claims_much_and_is_unsure():
+    from mlirrl_jax.env.replay import state_of_schedule
+    from mlirrl_jax.heuristics import heuristic_schedule
+    from mlirrl_jax.programs import suites
+    from mlirrl_jax.programs.ir import load_program
+    from mlirrl_jax.regrounding import uncertain_gain_order
+
+    gain = np.array([0.5, 0.2, -0.1, 0.3, -0.4, 0.0])
+    spread = np.array([0.01, 0.5, 0.9, 0.1, 0.9, 0.9])
+    # claims 0.005, 0.1, 0, 0.03, 0, 0: by claim, then the programs claiming nothing by gain
+    assert uncertain_gain_order(gain, spread).tolist() == [1, 3, 0, 5, 2, 4]
+    # the shipped surrogate is an ensemble: its spread on real schedules is there to rank by
+    agent = Agent.load(REPO / "data" / "agent")
+    programs = [load_program(e.uri) for e in suites.split("dl-v0", "test")[:3]]
+    evaluator = agent.evaluator(programs, 1)
+    states = [
+        state_of_schedule(p, heuristic_schedule(p)).to_env_state(i) for i, p in enumerate(programs)
+    ]
+    spreads = evaluator.spread_states(evaluator.prepare(agent.surrogate.params), states)
+    assert spreads.shape == (3,) and np.all(np.isfinite(spreads)) and np.all(spreads > 0)
+
+
 def test_timing_and_jax_work_never_overlap(run):
     folder = run["out"] / "regrounding"
     phases = _lines(folder / "phases.jsonl")
@@ -250,7 +272,8 @@ def test_regrounding_settings_are_checked():
 
 
 def test_the_train_commands_regrounding_settings(tmp_path):
-    from mlirrl_jax.cli import _rounds, build_parser
+    from mlirrl_jax.cli import build_parser
+    from mlirrl_jax.cli.regrounding import regrounding_from_flags as _rounds
 
     def parsed(*extra):
         return build_parser().parse_args(["train", "--out", str(tmp_path / "run"), *extra])

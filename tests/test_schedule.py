@@ -80,3 +80,24 @@ def test_a_forall_that_splits_no_loop_is_refused(matmul):
     # the sizes reach the loops' extents (64, 96): nothing to run in parallel; MLIR crashed
     with pytest.raises(ScheduleError, match="splits no loop"):
         transform_script(matmul, Schedule.of({1: [Transform("tile_parallel", (64, 96, 0))]}))
+
+
+def test_each_kind_is_named_once_and_keeps_its_action_index():
+    # trained policies read the kind head by index (ACTION_SPACE_VERSION 3): a new kind is
+    # appended, and the names are what schedules' JSON holds
+    from mlirrl_jax.actions import GRAMMAR, KIND_NAMES, NEXT
+    from mlirrl_jax.schedule import KINDS, Kind
+
+    assert KIND_NAMES == (
+        "next",
+        "tile_parallel",
+        "tile_fuse",
+        "interchange",
+        "tile",
+        "decompose",
+        "vectorize",
+        "pack",
+    )
+    assert [k.action for k in Kind] == list(range(1, len(KIND_NAMES))) and NEXT == 0
+    assert KINDS == KIND_NAMES[1:] and sorted(GRAMMAR) == list(range(len(KIND_NAMES)))
+    assert Transform("tile", (4,)).to_json() == {"kind": "tile", "sizes": [4]}

@@ -355,8 +355,8 @@ def test_schema_version_is_checked(tmp_path):
 
 def test_data_card_describes_machine_and_counts(store, matmul):
     store.put([measurement(matmul), measurement(matmul, schedule=Schedule(), status="timeout")])
-    card = store.card(machine(), "Seed", "mlirrl-jax collect --budget 2")
+    card = store.card(machine(), "Seed", "mlirrl-jax collect --rows 2")
     assert f"`{machine()}`" in card and "ok 1, timeout 1" in card
-    assert "mlirrl-jax collect --budget 2" in card
+    assert "mlirrl-jax collect --rows 2" in card
     with pytest.raises(StoreError, match="no measurements"):
         store.card("nowhere", "x", "")

@@ -36,7 +36,6 @@ def validated(agent, matmul, mm_bias_relu, tmp_path_factory):
         out,
         ValidationConfig(**SMALL, store=str(store)),
         agent_run=str(SHIPPED_AGENT),
-        progress=False,
     )
     rows = v.run()
     summary = v.report(rows, peak_gflops=100.0)
@@ -108,7 +107,6 @@ def test_validation_goes_on_where_it_stopped_and_stores_its_measurements(validat
         out,
         ValidationConfig(**SMALL, store=v.config.store),
         agent_run=str(SHIPPED_AGENT),
-        progress=False,
     )
     assert again.run() == rows  # everything done: nothing measured again
     with MeasurementStore(v.config.store) as store:
@@ -119,25 +117,26 @@ def test_validation_goes_on_where_it_stopped_and_stores_its_measurements(validat
 
 
 def test_each_thread_count_takes_the_agent_adapted_to_it(tmp_path, monkeypatch, agent, matmul):
-    from mlirrl_jax import optimize
-    from mlirrl_jax.cli import _validation_runs
+    from mlirrl_jax import adopted
+    from mlirrl_jax.adopted import runs_for_threads
     from mlirrl_jax.validation import Validation, ValidationConfig, ValidationError, _agents_line
 
-    monkeypatch.setattr(optimize, "ADAPTED", tmp_path / "adapted")
-    assert optimize.default_agent_run(2) == SHIPPED_AGENT  # nothing adapted here yet
+    monkeypatch.setattr(adopted, "ADAPTED", tmp_path / "adapted")
+    monkeypatch.setattr(adopted, "CHECKOUT_ADAPTED", tmp_path / "checkout-adapted")
+    assert adopted.default_agent_run(2) == SHIPPED_AGENT  # nothing adapted here yet
     one, two = tmp_path / "one", tmp_path / "two"
     for run in (one, two):
         (run / "checkpoints").mkdir(parents=True)
-    optimize.adopt_agent_run(one, 1)
-    assert optimize.default_agent_run(2) == one.resolve()  # none at two: the one-thread one
-    optimize.adopt_agent_run(two, 2)
-    assert optimize.default_agent_run(1) == one.resolve()
-    assert optimize.default_agent_run(2) == two.resolve()
-    runs = _validation_runs([], (1, 2), optimize.default_agent_run)
+    adopted.adopt_agent_run(one, 1)
+    assert adopted.default_agent_run(2) == one.resolve()  # none at two: the one-thread one
+    adopted.adopt_agent_run(two, 2)
+    assert adopted.default_agent_run(1) == one.resolve()
+    assert adopted.default_agent_run(2) == two.resolve()
+    runs = runs_for_threads([], (1, 2), adopted.default_agent_run)
     assert runs == {1: one.resolve(), 2: two.resolve()}
-    assert _validation_runs([str(one)], (1, 2), None) == {1: one, 2: one}
+    assert runs_for_threads([str(one)], (1, 2), None) == {1: one, 2: one}
     with pytest.raises(ValueError, match="both adapted at 1 thread"):
-        _validation_runs([str(SHIPPED_AGENT), str(SHIPPED_AGENT)], (1, 2), None)
+        runs_for_threads([str(SHIPPED_AGENT), str(SHIPPED_AGENT)], (1, 2), None)
     with pytest.raises(ValidationError, match=r"no agent for \[1\] thread"):
         Validation({2: agent}, [matmul], tmp_path / "v", ValidationConfig(**SMALL))
     line = _agents_line(
@@ -175,6 +174,12 @@ def test_optimize_a_hand_written_kernel(tmp_path, capsys):
         assert key in summary
     assert summary["verified"] and summary["measurements"] == 4  # base, heuristic, 2 agent
     assert summary["best_ms"] <= summary["heuristic_ms"]
+    from mlirrl_jax.records import OptimizeSummary
+
+    typed = OptimizeSummary.from_json(summary)  # the file is the typed record, whole
+    assert typed.to_json() == summary and typed.ranking[0].over_best == 1
+    with pytest.raises(ValueError, match="unknown fields"):
+        OptimizeSummary.from_json({**summary, "best": 1})
     assert "transform.named_sequence" in (out / "transform.mlir").read_text()
     transformed = (out / "transformed.mlir").read_text()
     assert "func.func @kernel" in transformed and "vector" in transformed

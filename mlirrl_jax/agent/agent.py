@@ -22,7 +22,8 @@ from mlirrl_jax.agent.networks import abstract
 from mlirrl_jax.agent.surrogate import Surrogate, load_surrogate
 from mlirrl_jax.agent.train import AgentConfig, make_env
 from mlirrl_jax.env.replay import replay
-from mlirrl_jax.env.state import encode_programs
+from mlirrl_jax.env.table import encode_programs
+from mlirrl_jax.errors import ConfigError
 from mlirrl_jax.programs.ir import Program, load_program
 from mlirrl_jax.schedule import Schedule
 
@@ -92,7 +93,7 @@ class Agent:
         observation: an agent trained at it acts for it."""
         threads = self.surrogate.threads if threads is None else int(threads)
         if threads < 1:
-            raise ValueError(f"threads must be at least 1, got {threads}")
+            raise ConfigError(f"threads must be at least 1, got {threads}")
         table = encode_programs(programs, threads=threads)
         return Evaluator(self.env, programs, self.graphdef, table)
 
@@ -112,14 +113,14 @@ class Agent:
         `evaluator(programs, threads)`) saves compiling again for the same programs; `rows`
         then picks some of its programs (the answer is in their order)."""
         if n < 1:
-            raise ValueError(f"n must be at least 1, got {n}")
+            raise ConfigError(f"n must be at least 1, got {n}")
         if not programs and evaluator is None:
             return []
         if evaluator is None:
             programs = [p if isinstance(p, Program) else load_program(p) for p in programs]
             evaluator = self.evaluator(programs, threads)
         elif threads is not None and int(np.asarray(evaluator.table.threads)[0]) != threads:
-            raise ValueError(f"the evaluator's table is not at {threads} thread(s)")
+            raise ConfigError(f"the evaluator's table is not at {threads} thread(s)")
         programs = evaluator.programs
         chosen = np.arange(len(programs)) if rows is None else np.asarray(rows, np.int64)
         if not len(chosen):

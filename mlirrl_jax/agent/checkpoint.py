@@ -25,12 +25,13 @@ import orbax.checkpoint as ocp
 from mlirrl_jax import integrity
 from mlirrl_jax.actions import ACTION_SPACE_VERSION
 from mlirrl_jax.env.observation import OBSERVATION_VERSION
+from mlirrl_jax.errors import Error
 
 KEEP = 3
 REDO = "retrain it (`mlirrl-jax train`)"
 
 
-class CheckpointError(ValueError):
+class CheckpointError(Error, ValueError):
     """A checkpoint that is missing or does not fit this code."""
 
 

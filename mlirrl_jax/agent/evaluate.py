@@ -18,7 +18,8 @@ from mlirrl_jax.agent.rollout import Episodes, batched, run_episodes
 from mlirrl_jax.env.jax_env import JaxEnv
 from mlirrl_jax.env.replay import state_of_schedule
 from mlirrl_jax.env.reward import RewardParams
-from mlirrl_jax.env.state import ProgramTable, encode_programs
+from mlirrl_jax.env.state import ProgramTable
+from mlirrl_jax.env.table import encode_programs
 from mlirrl_jax.heuristics import heuristic_schedule
 from mlirrl_jax.programs.ir import Program
 from mlirrl_jax.sampler import random_policy
@@ -155,10 +156,28 @@ class Evaluator:
                 return reward_params.base_log_time[batch.program] - log_time
 
             self._jitted["score"] = jax.jit(score)
+        return self._chunked("score", reward_params, states)
+
+    def spread_states(self, reward_params, states: list) -> np.ndarray:
+        """(N,) the surrogate ensemble's spread (std of its members' log times) on finished
+        states; zeros for a model without one (a single network)."""
+        model = self.env.reward.model
+        if not hasattr(model, "log_time_with_spread"):
+            return np.zeros(len(states))
+        if "spread" not in self._jitted:
+
+            def spread(reward_params, batch):
+                return model.log_time_with_spread(reward_params.context, self.table, batch)[1]
+
+            self._jitted["spread"] = jax.jit(spread)
+        return self._chunked("spread", reward_params, states)
+
+    def _chunked(self, name: str, reward_params, states: list) -> np.ndarray:
+        """A jitted per-state function over `states` in chunks of one compiled shape."""
         out = []
         for start in range(0, len(states), PREDICT_CHUNK):
             part = states[start : start + PREDICT_CHUNK]
             padded = part + [part[-1]] * (PREDICT_CHUNK - len(part))  # one compiled shape
             batch = jax.tree.map(lambda *rows: np.stack(rows), *padded)
-            out.append(np.asarray(self._jitted["score"](reward_params, batch))[: len(part)])
+            out.append(np.asarray(self._jitted[name](reward_params, batch))[: len(part)])
         return np.concatenate(out)

@@ -38,6 +38,7 @@ from mlirrl_jax.actions import (
 )
 from mlirrl_jax.env.jax_env import tile_mask_of
 from mlirrl_jax.env.observation import CANDIDATE_OBS, LOOP_OBS, OP_OBS, Observation
+from mlirrl_jax.errors import ConfigError
 
 MASKED = -1e9
 CONTEXT = 5  # the context's width in tokens: the current op, the ops' and loops' mean and max
@@ -57,9 +58,9 @@ class NetworkConfig:
 
     def __post_init__(self):
         if self.mixing not in ("attention", "deepsets"):
-            raise ValueError(f"mixing must be 'attention' or 'deepsets', got {self.mixing!r}")
+            raise ConfigError(f"mixing must be 'attention' or 'deepsets', got {self.mixing!r}")
         if self.width < 1:
-            raise ValueError("network widths must be positive")
+            raise ConfigError("network widths must be positive")
 
     def to_json(self) -> dict:
         return asdict(self)

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
+from mlirrl_jax.util.plots import pyplot, save_figure
+
 
 def format_summary(summary: dict, config) -> str:
     """Markdown: the agent's, the heuristic's and random search's geomean predicted speedups
@@ -40,15 +42,9 @@ def save_learning_curve(metrics: list[dict], path: Path, config) -> Path | None:
     """Predicted speedup against training time: the sampled episodes of each iteration (train
     programs) and the greedy agent on the test programs, with the heuristic and random search
     on the test programs as lines."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
     if not metrics:
         return None
+    plt = pyplot()
     random_key = f"random_best_of_{config.eval_random_schedules}"
     ended = [m for m in metrics if m["mean_predicted_speedup"]]  # iterations where some did
     minutes = np.array([m["trained_seconds"] for m in ended]) / 60.0
@@ -88,6 +84,4 @@ def save_learning_curve(metrics: list[dict], path: Path, config) -> Path | None:
     ax.legend(loc="lower right")
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

@@ -12,13 +12,12 @@ exactly as it would have gone on.
 from __future__ import annotations
 
 import json
-import sys
+import logging
 import time
 from pathlib import Path
 
 import jax
 import numpy as np
-from tqdm import tqdm
 
 from mlirrl_jax.agent import checkpoint
 from mlirrl_jax.agent.evaluate import Evaluator, geomean_speedup
@@ -26,15 +25,19 @@ from mlirrl_jax.agent.networks import abstract
 from mlirrl_jax.agent.report import format_summary, save_learning_curve
 from mlirrl_jax.agent.surrogate import Surrogate, load_surrogate
 from mlirrl_jax.agent.train import AgentConfig, TrainingState, budget_share, make_train, optimizer
-from mlirrl_jax.env.state import encode_programs
+from mlirrl_jax.env.table import encode_programs
+from mlirrl_jax.errors import Error
 from mlirrl_jax.measure.fingerprint import machine_fingerprint
 from mlirrl_jax.programs import suites
 from mlirrl_jax.programs.ir import Program, parse_program
 from mlirrl_jax.runfolder import write_atomic
 from mlirrl_jax.splits import SPLITS_VERSION, TEST, TRAIN, entries, suite_of
+from mlirrl_jax.util.progress import progress_bar
+
+log = logging.getLogger(__name__)
 
 
-class RunError(ValueError):
+class RunError(Error, ValueError):
     """A run folder that cannot be started or resumed as asked."""
 
 
@@ -42,10 +45,10 @@ class RunError(ValueError):
 BUDGET_FIELDS = ("minutes", "iterations")
 
 
-def load_programs(split: str, suite_names, progress: bool = False) -> list[Program]:
+def load_programs(split: str, suite_names) -> list[Program]:
     """The programs of `split` in the given built-in suites, parsed."""
     chosen = entries(split, tuple(suite_names))
-    bar = tqdm(chosen, desc=f"{split} programs", unit="program", disable=not progress, leave=False)
+    bar = progress_bar(chosen, desc=f"{split} programs", unit="program", leave=False)
     return [parse_program(e.text, e.uri) for e in bar]
 
 
@@ -190,7 +193,6 @@ def run_training(
     out: str | Path,
     config: AgentConfig | None = None,
     resume: bool = False,
-    progress: bool = True,
     surrogate: Surrogate | None = None,
     budget: dict | None = None,
     regrounding=None,
@@ -218,7 +220,7 @@ def run_training(
     surrogate = surrogate or load_surrogate(config.surrogate)
     here = machine_fingerprint()["machine_id"]
     chosen_suites = training_suites(config, surrogate)
-    say = (lambda text: print(text, file=sys.stderr, flush=True)) if progress else (lambda t: None)
+    say = log.info
     threads = training_threads(config, surrogate)
     say(
         f"reward: {surrogate.identity.get('kind')} {surrogate.path} (machine "
@@ -226,19 +228,15 @@ def run_training(
         f"at {', '.join(map(str, threads))} thread(s)"
     )
     meta = checkpoint.load_meta(out) if resume else {}
-    train_programs = load_programs(TRAIN, chosen_suites, progress)
-    rounds = (
-        regrounding(out, resume, config, train_programs, surrogate, progress)
-        if regrounding
-        else None
-    )
+    train_programs = load_programs(TRAIN, chosen_suites)
+    rounds = regrounding(out, resume, config, train_programs, surrogate) if regrounding else None
     if rounds is not None:
         surrogate = rounds.current()
     if resume:
         _check_surrogate(out, meta, surrogate, rounds.before_last() if rounds else None)
     if not train_programs:
         raise RunError(f"the suites {list(chosen_suites)} have no train programs")
-    test_programs = load_programs(TEST, chosen_suites, progress) if config.eval_every else []
+    test_programs = load_programs(TEST, chosen_suites) if config.eval_every else []
     if config.eval_every and not test_programs:
         say(f"the suites {list(chosen_suites)} have no test programs: no evaluation")
     train_rows, table = encode_at_threads(train_programs, threads)
@@ -307,11 +305,10 @@ def run_training(
     compiled = iteration.lower(state, reward_params, budget_progress(done, trained_s)).compile()
     say(f"compiled the training iteration in {time.perf_counter() - compile_started:.1f} s")
     total = config.iterations or 60.0 * config.minutes
-    bar = tqdm(
+    bar = progress_bar(
         total=total,
         initial=done if config.iterations else min(trained_s, total),
         unit="it" if config.iterations else "s",
-        disable=not progress,
         bar_format="{l_bar}{bar}| {n:.0f}/{total_fmt} [{elapsed}<{remaining}{postfix}]",
     )
     last_checkpoint = time.perf_counter()

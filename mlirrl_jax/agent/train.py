@@ -36,6 +36,7 @@ from mlirrl_jax.env.reward import (
     TerminalReward,
 )
 from mlirrl_jax.env.state import EnvState, ProgramTable
+from mlirrl_jax.errors import ConfigError
 
 REWARDS = {"terminal": TerminalReward, "shaped": ShapedReward}
 AXIS = "envs"
@@ -110,37 +111,37 @@ class AgentConfig:
 
     def __post_init__(self):
         if self.reward not in REWARDS:
-            raise ValueError(f"reward must be one of {sorted(REWARDS)}, got {self.reward!r}")
+            raise ConfigError(f"reward must be one of {sorted(REWARDS)}, got {self.reward!r}")
         for name in ("envs", "steps", "epochs", "minibatches", "reward_chunk"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+                raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
         if (self.envs * self.steps) % self.minibatches:
-            raise ValueError(
+            raise ConfigError(
                 f"envs x steps ({self.envs * self.steps}) must split into {self.minibatches} "
                 "minibatches"
             )
         if self.uncertainty_penalty < 0:
-            raise ValueError(
+            raise ConfigError(
                 f"uncertainty_penalty must be at least 0, got {self.uncertainty_penalty}"
             )
         if any(int(t) != t or t < 1 for t in self.threads) or len(set(self.threads)) != len(
             self.threads
         ):
-            raise ValueError(f"threads must be distinct whole numbers >= 1, got {self.threads}")
+            raise ConfigError(f"threads must be distinct whole numbers >= 1, got {self.threads}")
         if self.eval_every < 0 or self.eval_random_schedules < 1:
-            raise ValueError("eval_every must be >= 0 and eval_random_schedules >= 1")
+            raise ConfigError("eval_every must be >= 0 and eval_random_schedules >= 1")
         if not 1 <= self.max_episode_steps <= MAX_EPISODE_STEPS:
-            raise ValueError(f"max_episode_steps must lie in [1, {MAX_EPISODE_STEPS}]")
+            raise ConfigError(f"max_episode_steps must lie in [1, {MAX_EPISODE_STEPS}]")
         if self.iterations < 0 or self.minutes < 0 or not (self.iterations or self.minutes):
-            raise ValueError(
+            raise ConfigError(
                 f"the budget needs iterations > 0 or minutes > 0 (iterations {self.iterations}, "
                 f"minutes {self.minutes})"
             )
         for name in ("gamma", "gae_lambda"):
             if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"{name} must lie in [0, 1], got {getattr(self, name)}")
+                raise ConfigError(f"{name} must lie in [0, 1], got {getattr(self, name)}")
         if self.clip <= 0 or self.devices < 0 or self.checkpoint_seconds < 0:
-            raise ValueError("clip must be positive; devices and checkpoint_seconds >= 0")
+            raise ConfigError("clip must be positive; devices and checkpoint_seconds >= 0")
 
     def to_json(self) -> dict:
         out = asdict(self)
@@ -155,13 +156,13 @@ class AgentConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise ValueError(f"unknown config keys {unknown}; known: {sorted(known)}")
+            raise ConfigError(f"unknown config keys {unknown}; known: {sorted(known)}")
         values = dict(data)
         if "network" in values and not isinstance(values["network"], NetworkConfig):
             network_keys = {f.name for f in fields(NetworkConfig)}
             unknown = sorted(set(values["network"]) - network_keys)
             if unknown:
-                raise ValueError(
+                raise ConfigError(
                     f"unknown network config keys {unknown}; known: {sorted(network_keys)}"
                 )
             values["network"] = NetworkConfig(**values["network"])
@@ -207,7 +208,7 @@ def make_env(config: AgentConfig, model) -> JaxEnv:
     by `config.uncertainty_penalty`)."""
     if config.uncertainty_penalty > 0:
         if not hasattr(model, "log_time_with_spread"):
-            raise ValueError(
+            raise ConfigError(
                 f"uncertainty_penalty {config.uncertainty_penalty}: the reward's model "
                 f"({type(model).__name__}) gives no spread; use a surrogate"
             )
@@ -247,9 +248,9 @@ def device_count(config: AgentConfig) -> int:
     if not config.devices:
         return max(c for c in range(1, available + 1) if _splits_over(config, c))
     if config.devices > available:
-        raise ValueError(f"config asks for {config.devices} devices; this process has {available}")
+        raise ConfigError(f"config asks for {config.devices} devices; this process has {available}")
     if not _splits_over(config, config.devices):
-        raise ValueError(
+        raise ConfigError(
             f"envs ({config.envs}) x steps ({config.steps}) do not split over {config.devices} "
             f"devices into {config.minibatches} minibatches each: change envs or devices"
         )
@@ -471,7 +472,7 @@ class Trainer:
         (the same progress values: `budget_share(i, total)`)."""
         total = self.config.iterations
         if not total:
-            raise ValueError("train() runs config.iterations iterations: set iterations > 0")
+            raise ConfigError("train() runs config.iterations iterations: set iterations > 0")
         reward_params = self.env.reward.prepare(model_params, self.table)
 
         def body(state, i):

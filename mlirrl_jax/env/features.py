@@ -20,6 +20,10 @@ from mlirrl_jax.env.state import (
     ProgramTable,
 )
 
+# The version of the features below: bump it when any of them changes; a saved surrogate of
+# another version then refuses to load (`cost_model.api.READABLE_VERSIONS`)
+FEATURE_VERSION = 5
+
 # valid, reduction, log extent, window out/in, access, stride and its alignment per operand
 STATIC_LOOP_FEATURES = 5 + 3 * MAX_OPERANDS
 # per op, the machine it runs on and its threads (`machine_features`), the same for every op

@@ -23,7 +23,8 @@ from mlirrl_jax.actions import MAX_LOOPS, MAX_OPS, N_KINDS, N_TILE_CHOICES
 from mlirrl_jax.env.jax_env import JaxEnv
 from mlirrl_jax.env.observation import CANDIDATE_OBS, LOOP_OBS, OP_OBS
 from mlirrl_jax.env.replay import replay
-from mlirrl_jax.env.state import encode_programs
+from mlirrl_jax.env.table import encode_programs
+from mlirrl_jax.errors import ConfigError
 from mlirrl_jax.measure.runner import Runner
 from mlirrl_jax.measure.timing import Measurement, TimingMethod
 from mlirrl_jax.programs.ir import Program, load_program
@@ -136,7 +137,7 @@ class MlirRlEnv(gym.Env):
         elif isinstance(choice, str):
             names = [p.name for p in self.programs]
             if choice not in names:
-                raise ValueError(f"unknown program {choice!r}; this env has {names[:5]}...")
+                raise ConfigError(f"unknown program {choice!r}; this env has {names[:5]}...")
             self._program_index = names.index(choice)
         else:
             self._program_index = int(choice)
@@ -167,7 +168,9 @@ class MlirRlEnv(gym.Env):
             raise RuntimeError("call reset() before step()")
         action = np.asarray(action, np.int32)
         if action.shape != self.action_space.shape:
-            raise ValueError(f"action has shape {action.shape}; expected {self.action_space.shape}")
+            raise ConfigError(
+                f"action has shape {action.shape}; expected {self.action_space.shape}"
+            )
         self._state, timestep = self._step(
             self._params, self.table, self._pool, self._state, jnp.asarray(action)[None]
         )
@@ -204,7 +207,7 @@ class MlirRlEnv(gym.Env):
         """Re-run a recorded episode's actions (its program must be in this env)."""
         matches = [i for i, p in enumerate(self.programs) if p.hash == record.program_hash]
         if not matches:
-            raise ValueError(
+            raise ConfigError(
                 f"program {record.program} ({record.program_hash[:12]}) is not in this env"
             )
         self.reset(options={"program": matches[0]})
@@ -213,7 +216,7 @@ class MlirRlEnv(gym.Env):
             if terminated:
                 break
         if self.last_record is None or self.last_record.schedule_hash != record.schedule_hash:
-            raise ValueError("replaying the actions did not reproduce the recorded schedule")
+            raise ConfigError("replaying the actions did not reproduce the recorded schedule")
         return self.last_record
 
     def render(self):

@@ -14,6 +14,7 @@ import numpy as np
 from mlir import execution_engine, ir, passmanager, runtime
 from mlir.dialects.transform import interpreter
 
+from mlirrl_jax.errors import ConfigError
 from mlirrl_jax.programs.ir import KERNEL_NAME
 
 MLIR_LIB_DIR = os.path.join(list(mlir.__path__)[0], "lib")
@@ -60,9 +61,9 @@ def resolve_runtime(threads: int, runtime_name: str) -> str:
     if runtime_name == "auto":
         return "openmp" if find_libomp() else "async"
     if runtime_name not in ("openmp", "async"):
-        raise ValueError(f"unknown parallel runtime {runtime_name!r}: use auto, openmp or async")
+        raise ConfigError(f"unknown parallel runtime {runtime_name!r}: use auto, openmp or async")
     if runtime_name == "openmp" and not find_libomp():
-        raise ValueError(
+        raise ConfigError(
             "the openmp runtime needs libomp (e.g. apt-get install libomp5); set MLIRRL_LIBOMP"
         )
     return runtime_name

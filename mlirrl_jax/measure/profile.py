@@ -25,6 +25,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from mlirrl_jax.errors import Error
 from mlirrl_jax.measure.fingerprint import machine_fingerprint, vector_lanes
 from mlirrl_jax.runfolder import write_atomic
 from mlirrl_jax.shipped import KNOWN_MACHINES
@@ -33,7 +34,7 @@ CACHE_ENV = "MLIRRL_JAX_MACHINE_CACHE"
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
-class UnknownMachineError(ValueError):
+class UnknownMachineError(Error, ValueError):
     """A machine whose profile is neither recorded, shipped, nor this machine's."""
 
 

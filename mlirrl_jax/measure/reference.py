@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from mlirrl_jax.errors import Error
 from mlirrl_jax.measure import semantics
 from mlirrl_jax.programs.ir import BodyOp, LinalgOp, Program
 
@@ -33,7 +34,7 @@ NUMPY_TYPES = {
 }
 
 
-class ReferenceUnsupported(ValueError):
+class ReferenceUnsupported(Error, ValueError):
     """The program cannot be evaluated by the reference (an unsupported body op, say)."""
 
 

@@ -22,6 +22,7 @@ import threading
 import time
 from multiprocessing.connection import Connection
 
+from mlirrl_jax.errors import ConfigError
 from mlirrl_jax.measure.fingerprint import fingerprint
 from mlirrl_jax.measure.timing import Measurement, TimingMethod
 from mlirrl_jax.programs.ir import Program
@@ -33,7 +34,9 @@ DEFAULT_COMPILE_TIMEOUT_S = 60.0  # starting a worker if needed, transforming, l
 # Evaluating the float64 NumPy reference of a batch-256 layer takes minutes; it is done once
 # per program and input seed, then read from the disk cache.
 DEFAULT_REFERENCE_TIMEOUT_S = 600.0
-DEFAULT_MEM_LIMIT_MB = 4096
+# a worker's address space: a batch-256 layer's inputs, outputs and float64 reference need more
+# than 4 GiB; every command that measures shares this default
+DEFAULT_MEM_LIMIT_MB = 8192
 # Fault injection for tests only: makes the worker crash, hang, exhaust memory or corrupt output.
 # The faults strike when the kernel runs.
 FAULTS = ("crash", "segfault", "hang", "oom", "wrong_output")
@@ -194,7 +197,7 @@ class Runner:
             flops=program.flops,
         )
         if inject_fault is not None and inject_fault not in FAULTS:
-            raise ValueError(f"unknown fault {inject_fault!r}; known: {FAULTS}")
+            raise ConfigError(f"unknown fault {inject_fault!r}; known: {FAULTS}")
         start = time.perf_counter()
         try:
             script = None if schedule.is_empty else transform_script(program, schedule)

@@ -35,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from mlirrl_jax.errors import ConfigError
 from mlirrl_jax.host_devices import FLAG as HOST_DEVICES_FLAG
 from mlirrl_jax.measure import semantics
 from mlirrl_jax.measure.fingerprint import fingerprint
@@ -721,9 +722,9 @@ def _measure_in_child(
 ) -> Measurement:
     cores = sorted(os.sched_getaffinity(0))
     if not 1 <= threads <= len(cores):
-        raise ValueError(f"threads must be in 1..{len(cores)} (the cores allowed), got {threads}")
+        raise ConfigError(f"threads must be in 1..{len(cores)} (the cores allowed), got {threads}")
     if inject_fault is not None and inject_fault not in FAULTS:
-        raise ValueError(f"unknown fault {inject_fault!r}; known: {FAULTS}")
+        raise ConfigError(f"unknown fault {inject_fault!r}; known: {FAULTS}")
     method = method or TimingMethod()
     record = Measurement(
         status="ok",

@@ -12,6 +12,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from mlirrl_jax.errors import ConfigError
+
 Shape = tuple[int, ...]
 
 # -inf as the f32 bit pattern, so the text round-trips exactly.
@@ -26,13 +28,13 @@ def conv_out(size: int, kernel: int, stride: int, dilation: int) -> int:
 
 def _positive(spec: object, *values: int) -> None:
     if any(v < 1 for v in values):
-        raise ValueError(f"{spec!r}: every extent must be >= 1")
+        raise ConfigError(f"{spec!r}: every extent must be >= 1")
 
 
 def _windowed(spec: object, h: int, w: int, k: int, s: int, d: int) -> tuple[int, int]:
     oh, ow = conv_out(h, k, s, d), conv_out(w, k, s, d)
     if oh < 1 or ow < 1:
-        raise ValueError(f"{spec!r}: the {k}x{k} window (dilation {d}) does not fit in {h}x{w}")
+        raise ConfigError(f"{spec!r}: the {k}x{k} window (dilation {d}) does not fit in {h}x{w}")
     return oh, ow
 
 
@@ -94,7 +96,7 @@ class Conv2dSpec:
 
     def __post_init__(self) -> None:
         if self.layout not in ("nhwc", "nchw"):
-            raise ValueError(f"{self!r}: layout must be 'nhwc' or 'nchw'")
+            raise ConfigError(f"{self!r}: layout must be 'nhwc' or 'nchw'")
         _positive(self, self.n, self.h, self.w, self.c, self.f, self.k, self.stride, self.dilation)
         _windowed(self, self.h, self.w, self.k, self.stride, self.dilation)
 
@@ -163,9 +165,9 @@ class PoolSpec:
 
     def __post_init__(self) -> None:
         if self.op not in ("max", "sum", "avg"):
-            raise ValueError(f"{self!r}: op must be 'max', 'sum' or 'avg'")
+            raise ConfigError(f"{self!r}: op must be 'max', 'sum' or 'avg'")
         if self.layout not in ("nhwc", "nchw"):
-            raise ValueError(f"{self!r}: layout must be 'nhwc' or 'nchw'")
+            raise ConfigError(f"{self!r}: layout must be 'nhwc' or 'nchw'")
         _positive(self, self.n, self.h, self.w, self.c, self.k, self.stride, self.dilation)
         _windowed(self, self.h, self.w, self.k, self.stride, self.dilation)
 
@@ -195,9 +197,9 @@ class ElementwiseSpec:
 
     def __post_init__(self) -> None:
         if self.op not in ("add", "relu", "gelu"):
-            raise ValueError(f"{self!r}: op must be 'add', 'relu' or 'gelu'")
+            raise ConfigError(f"{self!r}: op must be 'add', 'relu' or 'gelu'")
         if not self.shape:
-            raise ValueError(f"{self!r}: shape must have at least one dimension")
+            raise ConfigError(f"{self!r}: shape must have at least one dimension")
         _positive(self, *self.shape)
 
     @property
@@ -222,7 +224,7 @@ class SoftmaxSpec:
 
     def __post_init__(self) -> None:
         if self.part not in SOFTMAX_PARTS:
-            raise ValueError(f"{self!r}: part must be one of {SOFTMAX_PARTS}")
+            raise ConfigError(f"{self!r}: part must be one of {SOFTMAX_PARTS}")
         _positive(self, self.rows, self.cols)
 
     @property
@@ -332,9 +334,9 @@ class ContractionSpec:
     def __post_init__(self) -> None:
         pat = LQCD_PATTERNS.get(self.pattern)
         if pat is None:
-            raise ValueError(f"{self!r}: pattern must be one of {sorted(LQCD_PATTERNS)}")
+            raise ConfigError(f"{self!r}: pattern must be one of {sorted(LQCD_PATTERNS)}")
         if len(self.lattice) != len(pat.lattice):
-            raise ValueError(f"{self!r}: pattern {self.pattern} needs {len(pat.lattice)} extents")
+            raise ConfigError(f"{self!r}: pattern {self.pattern} needs {len(pat.lattice)} extents")
         _positive(self, *self.lattice)
 
     @property

@@ -18,6 +18,8 @@ from pathlib import Path
 
 from mlir import ir, passmanager
 
+from mlirrl_jax.errors import Error
+
 KERNEL_NAME = "kernel"
 OP_ID_ATTR = "mlirrl.op_id"
 
@@ -39,7 +41,7 @@ _UNSCHEDULABLE = {
 _ELEMENT_TYPES = {"f32", "f64", "f16", "bf16", "i8", "i16", "i32", "i64"}
 
 
-class ProgramError(ValueError):
+class ProgramError(Error, ValueError):
     """Input the project cannot turn into a schedulable program; the message names why."""
 
 

@@ -17,6 +17,7 @@ from typing import TypeVar
 
 import numpy as np
 
+from mlirrl_jax.errors import ConfigError, Error
 from mlirrl_jax.programs.generate import (
     LQCD_PATTERNS,
     SOFTMAX_PARTS,
@@ -48,7 +49,7 @@ SPLITS = ("train", "test")
 _T = TypeVar("_T")
 
 
-class UnknownProgramError(KeyError):
+class UnknownProgramError(Error, KeyError):
     """No suite program has this URI."""
 
     def __str__(self) -> str:  # KeyError would print the message in quotes
@@ -140,7 +141,7 @@ class _Builder:
     def add(self, model: str, layer: str, spec: Spec) -> bool:
         """Adds `spec` unless a program of that name exists; says whether it was added."""
         if not _fits(spec):
-            raise ValueError(f"{spec.name} ({layer}) exceeds the suite's size caps")
+            raise ConfigError(f"{spec.name} ({layer}) exceeds the suite's size caps")
         if spec.name in self.entries:
             return False
         split = "test" if _is_test(model, spec.name) else "train"
@@ -155,7 +156,7 @@ class _Builder:
         scaled = size
         while not _fits(make(scaled)):
             if scaled == 1:
-                raise ValueError(f"{layer}: cannot scale {what} below 1 to fit the caps")
+                raise ConfigError(f"{layer}: cannot scale {what} below 1 to fit the caps")
             scaled = max(1, scaled // 2)
         note = f" [{what} scaled {size}->{scaled} to fit the size caps]" if scaled != size else ""
         self.add(model, layer + note, make(scaled))
@@ -499,7 +500,7 @@ def _sample_spec(kind: str, rng: np.random.Generator, ranges: SampleRanges = DL_
         pattern = _pick(rng, sorted(LQCD_PATTERNS))
         rank = len(LQCD_PATTERNS[pattern].lattice)
         return ContractionSpec(pattern, tuple(_pick(rng, [4, 6, 8, 12, 16]) for _ in range(rank)))
-    raise ValueError(f"no sampler for {kind}")
+    raise ConfigError(f"no sampler for {kind}")
 
 
 _SAMPLED_COUNTS = {
@@ -663,7 +664,7 @@ def _awkward_v0() -> tuple[SuiteEntry, ...]:
     entries = {}
     for model, layer, spec in _AWKWARD:
         if spec.name in entries or footprint_bytes(spec) > MAX_BYTES:
-            raise ValueError(f"awkward-v0: {spec.name} repeats or is too large")
+            raise ConfigError(f"awkward-v0: {spec.name} repeats or is too large")
         entries[spec.name] = SuiteEntry(
             f"{SCHEME}awkward-v0/{spec.name}", spec, model, layer, "test"
         )
@@ -688,14 +689,14 @@ def suite(name: str = "dl-v0") -> list[SuiteEntry]:
     """All programs of suite `name`, in their fixed order."""
     build = _SUITES.get(name)
     if build is None:
-        raise ValueError(f"unknown suite {name!r}; known suites: {', '.join(_SUITES)}")
+        raise ConfigError(f"unknown suite {name!r}; known suites: {', '.join(_SUITES)}")
     return list(build())
 
 
 def split(name: str, which: str) -> list[SuiteEntry]:
     """The programs of suite `name` in split `which` ("train" or "test")."""
     if which not in SPLITS:
-        raise ValueError(f"split must be one of {SPLITS}, got {which!r}")
+        raise ConfigError(f"split must be one of {SPLITS}, got {which!r}")
     return [e for e in suite(name) if e.split == which]
 
 

@@ -1,0 +1,173 @@
+"""The main job (`mlirrl-jax demo`): adapt the shipped surrogate and agent to this machine
+with a short re-grounding while training on from the shipped agent, adopt the adapted agent
+as this machine's default, then validate it on held-out programs against unscheduled code,
+the heuristic, random search, the surrogate's own pick and XLA."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from mlirrl_jax.measure.runner import DEFAULT_MEM_LIMIT_MB, DEFAULT_TIMEOUT_S
+from mlirrl_jax.programs.ir import Program, load_program
+from mlirrl_jax.shipped import DEFAULT_STORE
+
+log = logging.getLogger(__name__)
+
+VALIDATION_PROGRAMS = (  # held-out dl-v0 test programs of several kinds, small enough for minutes
+    "suite://dl-v0/matmul_m32_n1000_k512",
+    "suite://dl-v0/conv2d_nhwc_n1_h56_w56_c64_f128_k1_s2_d1",
+    "suite://dl-v0/conv_bias_relu_n1_h28_w28_c32_f192_k1_s1_d1",
+    "suite://dl-v0/depthwise_n1_h30_w30_c192_k3_s1_d1",
+    "suite://dl-v0/pool_max_n1_h56_w56_c256_k2_s2_d1",
+    "suite://dl-v0/relu_1x56x56x256",
+)
+REGROUNDING = {  # a short re-grounding: a few hundred measurements of this machine
+    "rounds": 2,
+    "iterations_per_round": 30,
+    "round_programs": 12,
+    "top_k": 6,
+    "real_budget": 400,
+    "track_programs": 6,
+    "heldout_programs": 6,
+    "heldout_every": 1,
+    "calibration_programs": 16,
+    "validation_programs": 8,
+    "validation_k": 6,
+}
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    store: str = DEFAULT_STORE
+    """This machine's measurement store."""
+    threads: tuple[int, ...] = (1,)
+    """Thread counts of the validation."""
+    budget: int = 4
+    """k of the validation: real measurements of the agent's top-k per program."""
+    rounds: int = REGROUNDING["rounds"]
+    """Re-grounding rounds."""
+    real_budget: int = REGROUNDING["real_budget"]
+    """Real measurements of the re-grounding, a hard cap."""
+    iterations: int | None = None
+    """PPO iterations (default: 30 per round + 30)."""
+    seed: int = 0
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    mem_limit_mb: int = DEFAULT_MEM_LIMIT_MB
+
+
+def demo_programs(uris=None) -> list[Program]:
+    """The validation programs (default: `VALIDATION_PROGRAMS`), read before minutes of
+    adapting so that a bad one fails first."""
+    return [load_program(p) for p in (uris or VALIDATION_PROGRAMS)]
+
+
+def run_demo(out_dir: Path, programs: list[Program], config: DemoConfig) -> tuple[list, dict]:
+    """Adapt into `out_dir/agent`, adopt it, validate into `out_dir`; the validation's rows
+    and summary (`validation.Validation.report`)."""
+    from mlirrl_jax.host_devices import use_compilation_cache, use_host_devices
+
+    run = out_dir / "agent"
+    use_host_devices()  # before any JAX work: the agent's environments use every core
+    use_compilation_cache()
+    from mlirrl_jax.adopted import adopt_agent_run
+    from mlirrl_jax.agent.agent import Agent
+    from mlirrl_jax.agent.checkpoint import load_meta
+    from mlirrl_jax.agent.run import run_training
+    from mlirrl_jax.agent.train import AgentConfig
+    from mlirrl_jax.measure.fingerprint import machine_fingerprint
+    from mlirrl_jax.measure.peak import fma_peak_gflops
+    from mlirrl_jax.regrounding import RegroundConfig, rounds
+    from mlirrl_jax.shipped import SHIPPED_AGENT
+    from mlirrl_jax.validation import Validation, ValidationConfig
+
+    started = time.perf_counter()
+    here = machine_fingerprint()["machine_id"]
+    shipped = (SHIPPED_AGENT / "checkpoints").is_dir()
+    agent = AgentConfig.from_json(load_meta(SHIPPED_AGENT)["config"]) if shipped else AgentConfig()
+    regrounding = RegroundConfig.from_json(
+        {
+            **REGROUNDING,
+            "store": config.store,
+            "rounds": config.rounds,
+            "real_budget": config.real_budget,
+        }
+    )
+    iterations = config.iterations or regrounding.rounds * regrounding.iterations_per_round + 30
+    log.info(
+        "machine %s: adapting the %s and the shipped surrogate to it (%d re-grounding rounds, at "
+        "most %d real measurements into %s; %d PPO iterations); run in %s",
+        here,
+        "shipped agent" if shipped else "a new agent",
+        regrounding.rounds,
+        regrounding.real_budget,
+        regrounding.store,
+        iterations,
+        run,
+    )
+    if shipped:  # go on as the shipped run ended: its final step size and entropy bonus
+        agent = replace(
+            agent, learning_rate=agent.final_learning_rate, entropy_coef=agent.final_entropy_coef
+        )
+    run_training(
+        run,
+        replace(agent, minutes=0.0, iterations=iterations),
+        regrounding=rounds(regrounding),
+        init_agent=SHIPPED_AGENT if shipped else None,
+    )
+    adopt_agent_run(run, regrounding.threads)
+    rounds_md = run / "regrounding" / "rounds.md"
+    if rounds_md.is_file():
+        log.info("%s", rounds_md.read_text())
+    log.info(
+        "adapted in %.1f min; `mlirrl-jax optimize` now uses this agent on this machine. "
+        "Validating it on %d held-out programs:",
+        (time.perf_counter() - started) / 60,
+        len(programs),
+    )
+    validation = Validation(
+        Agent.load(run),
+        programs,
+        out_dir,
+        ValidationConfig(
+            threads=config.threads,
+            budget=config.budget,
+            guided_samples=max(64, config.budget),
+            timeout_s=config.timeout_s,
+            mem_limit_mb=config.mem_limit_mb,
+            seed=config.seed,
+            store=config.store,
+        ),
+        agent_run=str(run),
+    )
+    rows = validation.run()
+    summary = validation.report(rows, fma_peak_gflops())
+    log.info("whole pipeline in %.1f min", (time.perf_counter() - started) / 60)
+    return rows, summary
+
+
+def methods_without_result(rows: list[dict]) -> list[str]:
+    """The (program, method) pairs of a validation with no verified result, each logged as an
+    error. A candidate schedule that crashed, timed out or computed a wrong output is a
+    recorded result, not a failure of the run: only a method left with nothing verified is."""
+    for r in rows:
+        if r["failed"] or r["unverified"]:
+            what = [*r["failed"], *(["unverified"] if r["unverified"] else [])]
+            log.warning(
+                "%s at %s thread(s): candidate schedules ended %s (recorded in "
+                "validation.jsonl: results, not failures)",
+                r["program"],
+                r["threads"],
+                ", ".join(what),
+            )
+    missing = [
+        f"{r['program']} ({method}: {entry['status']})"
+        for r in rows
+        for method, entry in r["methods"].items()
+        if entry["ms"] is None and entry["status"] != "not available for this program"
+    ]
+    for line in missing:
+        log.error("no verified result: %s", line)
+    return missing

@@ -1,0 +1,100 @@
+"""Typed records of the jobs' results, each with `to_json` / `from_json`: what `optimize`
+writes as `summary.json` (`OptimizeSummary`), and what a surrogate's fit reports
+(`FitResult`). Reading a file written before a field existed leaves it at its default;
+a field this code does not know is refused, naming it."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+
+from mlirrl_jax.errors import ConfigError
+
+
+class Record:
+    """`to_json` / `from_json` for a dataclass of JSON values (and lists of records, named
+    in `_NESTED`)."""
+
+    _NESTED: dict = {}
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict):
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"{cls.__name__}: unknown fields {unknown}")
+        values = dict(data)
+        for name, kind in cls._NESTED.items():
+            if values.get(name) is not None:
+                values[name] = [kind.from_json(item) for item in values[name]]
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class Ranked(Record):
+    """One verified schedule of an `optimize` run, by its time."""
+
+    source: str  # "heuristic", "agent 3", "evolutionary 12"
+    ms: float
+    over_best: float  # its time over the best's: 1 for the best
+    speedup: float | None  # over the unscheduled program (None: that one ran over the limit)
+
+
+@dataclass(frozen=True)
+class OptimizeSummary(Record):
+    """`optimize`'s `summary.json`: the best verified schedule of a kernel and how it ranks."""
+
+    program: str
+    verified: bool  # False: no schedule verified (the fields of the best are then None)
+    measurements: int  # kernels measured, the unscheduled one included
+    baseline_ms: float | None  # None: the unscheduled run failed or ran over the limit
+    baseline_note: str | None
+    heuristic_ms: float | None
+    best_ms: float | None = None
+    best_source: str | None = None
+    speedup: float | None = None  # over the unscheduled program
+    over_heuristic: float | None = None
+    gflops: float | None = None
+    max_error: float | None = None
+    schedule: str | None = None  # the best schedule, described
+    ranking: list[Ranked] = field(default_factory=list)
+    replay: str | None = None  # the command that measures the best schedule again
+    machine_id: str | None = None
+    agent: str | None = None
+    threads: int = 1
+
+    _NESTED = {"ranking": Ranked}
+
+
+@dataclass(frozen=True)
+class HeldOutScores(Record):
+    """A surrogate scored on the held-out (surrogate-validation) programs of a store: each
+    score a `cost_model.metrics.evaluate` dict (MAPE of speedup, Spearman, pairwise accuracy,
+    top-1, top-5, counts)."""
+
+    machine_id: str | list[str]
+    held_out_programs: int
+    held_out_rows: int
+    surrogate: dict
+    analytic_baseline: dict  # the analytic model's scores on the same rows
+    surrogate_by_family: dict = field(default_factory=dict)  # per model family of programs
+
+
+@dataclass(frozen=True)
+class FitResult(HeldOutScores):
+    """`fit-cost-model`'s `metrics.json`: the held-out scores and how the fit went."""
+
+    command: str = ""
+    store: str = ""
+    machines: list[str] = field(default_factory=list)
+    thread_counts: list[int] = field(default_factory=list)
+    rows: int = 0
+    train_rows: int = 0
+    test_rows_left_out: int = 0  # test-split rows of the store, in neither set
+    splits_version: int = 0
+    fit_seconds: float = 0.0
+    total_seconds: float = 0.0
+    surrogate_on_training_programs: dict = field(default_factory=dict)
+    history: list = field(default_factory=list)  # per epoch or step block: losses

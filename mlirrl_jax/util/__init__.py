@@ -1,0 +1,1 @@
+"""Small helpers the whole package shares: statistics (`stats`), progress bars (`progress`)."""
