@@ -58,37 +58,21 @@ from mlirrl_jax.programs.ir import Program
 from mlirrl_jax.programs.select import program_kind
 from mlirrl_jax.runfolder import naming, write_atomic
 from mlirrl_jax.schedule import Schedule
-from mlirrl_jax.util.plots import pyplot, save_figure
 from mlirrl_jax.util.progress import progress_bar
 from mlirrl_jax.util.stats import geomean
+from mlirrl_jax.validation_report import (
+    LABELS,
+    METHODS,
+    SCHEDULED,
+    TRIAL_METHODS,
+    format_sample_efficiency,
+    sample_efficiency,
+    save_validation_plots,
+    speedups,
+)
 
 log = logging.getLogger(__name__)
 
-SCHEDULED = (
-    "heuristic",
-    "agent_greedy",
-    "agent_topk",
-    "random_k",
-    "random_8k",
-    "surrogate_topk",
-    "evolutionary",
-)
-EXTERNAL = ("xla", "numpy")
-METHODS = ("unscheduled", *SCHEDULED, *EXTERNAL)
-LABELS = {
-    "unscheduled": "unscheduled",
-    "heuristic": "heuristic",
-    "agent_greedy": "agent greedy",
-    "agent_topk": "agent top-k",
-    "random_k": "random k",
-    "random_8k": "random 8k",
-    "surrogate_topk": "surrogate top-k",
-    "evolutionary": "evolutionary",
-    "xla": "XLA:CPU",
-    "numpy": "NumPy/BLAS",
-}
-# what a user could have had otherwise
-BASELINES = ("heuristic", "random_8k", "evolutionary", "xla", "numpy")
 SEARCHES = ("heuristic", "random_8k", "evolutionary")  # the agent's rivals on this machine's code
 MATMUL_KINDS = ("matmul", "batch_matmul")
 
@@ -299,6 +283,10 @@ def _measure_plan(
                 t.predicted_speedup for t in evolved.trials if t.schedule.hash == best.schedule_hash
             )
         row["methods"][name] = _entry(best, spent[name], predicted)
+        if name in TRIAL_METHODS:  # in the order measured: the sample-efficiency curve
+            row["methods"][name]["trials_ms"] = [
+                _verified_ms(measured[s.hash]) for s in schedules[name]
+            ]
     if config.xla:
         from mlirrl_jax.measure.xla import measure_xla
 
@@ -314,11 +302,15 @@ def _measure_plan(
     return row
 
 
+def _verified_ms(m: Measurement) -> float | None:
+    return m.median_s * 1e3 if m.ok and m.verified and m.median_s else None
+
+
 def _entry(m: Measurement | None, spent: int, predicted: float | None) -> dict:
     if m is None:
         return {"ms": None, "spent": spent, "status": "no verified schedule"}
     return {
-        "ms": m.median_s * 1e3 if m.ok and m.verified and m.median_s else None,
+        "ms": _verified_ms(m),
         "spent": spent,
         "status": m.status if m.verified or not m.ok else "unverified",
         "predicted": predicted,
@@ -517,15 +509,6 @@ def _per_threads(values: dict, threads) -> object:
     return values[threads[0]] if len(distinct) == 1 else {str(t): values[t] for t in threads}
 
 
-def speedups(row: dict) -> dict[str, float | None]:
-    """Each method's speedup over the unscheduled program in one row."""
-    base = row["methods"]["unscheduled"]["ms"]
-    return {
-        name: (base / m["ms"] if base and m.get("ms") else None)
-        for name, m in row["methods"].items()
-    }
-
-
 def summarize(rows: list[dict], config: ValidationConfig, peak_gflops: float | None) -> dict:
     """Per thread count: each method's geomean speedup over unscheduled (on the programs
     where every compared method verified), measurement counts, the agent against random
@@ -574,6 +557,8 @@ def summarize(rows: list[dict], config: ValidationConfig, peak_gflops: float | N
             ]
             k_entry = {
                 "programs": len(members),
+                "agent_topk_over_heuristic": _ratio(ss, "agent_topk", "heuristic"),
+                "agent_greedy_over_heuristic": _ratio(ss, "agent_greedy", "heuristic"),
                 "agent_topk_over_xla": _ratio(ss, "agent_topk", "xla"),
                 "best_any_over_xla": _ratio(best_any, "best_any", "xla"),
                 "agent_topk_over_random_8k": _ratio(ss, "agent_topk", "random_8k"),
@@ -596,6 +581,7 @@ def summarize(rows: list[dict], config: ValidationConfig, peak_gflops: float | N
                 )
             entry["by_kind"][kind] = k_entry
         out["threads"][str(threads)] = entry
+    out["sample_efficiency"] = sample_efficiency(rows, config.threads)
     return out
 
 
@@ -766,15 +752,18 @@ def format_validation(rows: list[dict], summary: dict, config: ValidationConfig,
             )
             + ".",
             "",
-            "| op kind | programs | agent top-k / XLA | best any method / XLA | agent top-k / random 8k | best fraction of peak |",
-            "|---|---|---|---|---|---|",
+            "| op kind | programs | agent top-k / heuristic | agent greedy / heuristic | agent top-k / XLA | best any method / XLA | agent top-k / random 8k | best fraction of peak |",
+            "|---|---|---|---|---|---|---|---|",
             *(
-                f"| {kind} | {e['programs']} | {_f(e['agent_topk_over_xla'], '.2f')} | "
+                f"| {kind} | {e['programs']} | {_f(e.get('agent_topk_over_heuristic'), '.2f')} | "
+                f"{_f(e.get('agent_greedy_over_heuristic'), '.2f')} | "
+                f"{_f(e['agent_topk_over_xla'], '.2f')} | "
                 f"{_f(e['best_any_over_xla'], '.2f')} | {_f(e['agent_topk_over_random_8k'], '.2f')} | "
                 f"{_f(e.get('best_fraction_of_peak'), '.0%')} |"
                 for kind, e in entry["by_kind"].items()
             ),
         ]
+    lines += format_sample_efficiency(summary.get("sample_efficiency") or {}, config.budget)
     if paths:
         lines += [
             "",
@@ -791,93 +780,3 @@ def format_validation(rows: list[dict], summary: dict, config: ValidationConfig,
             f"({len(paths)} schedules under `{Path(next(iter(paths.values()))).parents[1]}`.)"
         )
     return "\n".join(lines)
-
-
-def save_validation_plots(rows: list[dict], folder: Path) -> list[Path]:
-    """Speedup per program per method, the CDF of the agent's speedup over the best baseline,
-    and predicted against real speedup of the agent's and the guided search's schedules."""
-    plt = pyplot()
-
-    written = []
-    thread_counts = sorted({r["threads"] for r in rows})
-    if not rows:
-        return written
-    fig, axes = plt.subplots(
-        1, len(thread_counts), figsize=(7 * len(thread_counts), 4.5), squeeze=False
-    )
-    for ax, threads in zip(axes[0], thread_counts, strict=True):
-        group = [r for r in rows if r["threads"] == threads]
-        per = [speedups(r) for r in group]
-        order = np.argsort([s.get("heuristic") or 0 for s in per])
-        for name, marker in (
-            ("heuristic", "s"),
-            ("random_8k", "^"),
-            ("evolutionary", "v"),
-            ("xla", "x"),
-            ("agent_greedy", "."),
-            ("agent_topk", "o"),
-        ):
-            ys = [per[i].get(name) for i in order]
-            xs = [j for j, y in enumerate(ys) if y]
-            ax.plot(xs, [ys[j] for j in xs], marker, label=LABELS[name], alpha=0.8)
-        ax.set_yscale("log")
-        ax.set_title(f"{threads} thread(s)")
-        ax.set_xlabel("program (sorted by the heuristic's speedup)")
-        ax.set_ylabel("real speedup over unscheduled")
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    written.append(save_figure(fig, folder / "validation_speedups.png"))
-
-    fig, ax = plt.subplots(figsize=(6, 4.5))
-    for threads in thread_counts:
-        for name in ("agent_topk", "agent_greedy"):
-            ratios = []
-            for r in rows:
-                if r["threads"] != threads:
-                    continue
-                s = speedups(r)
-                best = max((s[b] for b in BASELINES if s.get(b)), default=None)
-                if s.get(name) and best:
-                    ratios.append(s[name] / best)
-            if ratios:
-                ratios.sort()
-                ax.step(
-                    ratios,
-                    np.arange(1, len(ratios) + 1) / len(ratios),
-                    where="post",
-                    label=f"{LABELS[name]}, {threads} thread(s)",
-                )
-    ax.axvline(1.0, color="grey", linestyle=":")
-    ax.set_xscale("log")
-    ax.set_xlabel("speedup over the best baseline (heuristic, searches, XLA, NumPy)")
-    ax.set_ylabel("fraction of programs")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    written.append(save_figure(fig, folder / "validation_cdf.png"))
-
-    fig, ax = plt.subplots(figsize=(5, 5))
-    points = []
-    for r in rows:
-        s = speedups(r)
-        for name, marker in (("agent_topk", "o"), ("surrogate_topk", "^"), ("heuristic", "s")):
-            predicted = r["methods"].get(name, {}).get("predicted")
-            if predicted and s.get(name):
-                points.append((s[name], predicted, name, marker))
-    for name, marker in (("agent_topk", "o"), ("surrogate_topk", "^"), ("heuristic", "s")):
-        mine = [p for p in points if p[2] == name]
-        if mine:
-            ax.scatter(
-                [p[0] for p in mine], [p[1] for p in mine], s=14, marker=marker, label=LABELS[name]
-            )
-    if points:
-        lo = min(min(p[0], p[1]) for p in points)
-        hi = max(max(p[0], p[1]) for p in points)
-        ax.plot([lo, hi], [lo, hi], "k--", lw=1)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-    ax.set_xlabel("real speedup")
-    ax.set_ylabel("surrogate's predicted speedup (one thread)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    written.append(save_figure(fig, folder / "validation_predicted.png"))
-    return written

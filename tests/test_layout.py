@@ -14,7 +14,7 @@ COMMAND_LINES = 150
 PENDING_SPLIT = {
     "mlirrl_jax/regrounding.py": 1002,
     "mlirrl_jax/store.py": 927,
-    "mlirrl_jax/validation.py": 900,
+    "mlirrl_jax/validation.py": 782,
     "mlirrl_jax/measure/xla.py": 889,
     "mlirrl_jax/programs/generate.py": 804,
     "mlirrl_jax/programs/suites.py": 723,

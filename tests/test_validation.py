@@ -54,6 +54,9 @@ def test_validation_measures_every_method_on_every_program(validated):
         assert methods["agent_greedy"]["spent"] == 0
         # the larger random search includes the smaller one: never worse
         assert methods["random_8k"]["ms"] <= methods["random_k"]["ms"]
+        # its trials, in the order measured: the sample-efficiency curve reads them
+        trials = methods["random_8k"]["trials_ms"]
+        assert len(trials) == 4 and min(t for t in trials if t) == methods["random_8k"]["ms"]
         assert methods["xla"]["status"] == "ok" and methods["xla"]["ms"] > 0
         assert not r["failed"] and r["unverified"] == 0
     assert rows[0]["methods"]["numpy"]["ms"] > 0  # a matmul: NumPy/BLAS too
@@ -62,10 +65,18 @@ def test_validation_measures_every_method_on_every_program(validated):
     greedy = entry["methods"]["agent_greedy"]
     assert greedy["predicted_geomean"] > 0 and greedy["prediction_mape"] >= 0
     assert {"matmul", "matmul_bias_relu"} <= set(entry["by_kind"]) or entry["by_kind"]
+    efficiency = summary["sample_efficiency"]["1"]["random_8k"]
+    assert efficiency["programs"] == 2 and efficiency["budget"] == 4
     text = (out / "validation.md").read_text()
     assert "agent top-k" in text and "XLA:CPU" in text and "mlirrl-jax measure" in text
+    assert "## Sample efficiency" in text and "agent top-k / heuristic" in text
     assert "predicted speedup (its rows' threads: 1) against real" in text
-    for plot in ("validation_speedups.png", "validation_cdf.png", "validation_predicted.png"):
+    for plot in (
+        "validation_speedups.png",
+        "validation_cdf.png",
+        "validation_predicted.png",
+        "validation_sample_efficiency.png",
+    ):
         assert (out / plot).stat().st_size > 0
     saved = json.loads((out / "validation.json").read_text())
     assert saved["summary"]["machine_id"] and len(saved["rows"]) == 2
