@@ -68,7 +68,7 @@ def fit_tree_teacher(
     }
     train = lightgbm.Dataset(inputs, data.log_time - total, free_raw_data=True)
     history: list[dict] = []
-    bar = progress_bar(total=rounds, unit="tree", mininterval=1.0, desc="trees")
+    bar = progress_bar(total=rounds, unit="tree", mininterval=1.0, desc="trees", leave=False)
 
     def record(env) -> None:
         bar.update(1)

@@ -257,7 +257,7 @@ def _fit(data: Dataset, config: TrainConfig, init):
     )
     history = []
     started = time.perf_counter()
-    bar = progress_bar(total=steps, unit="step", mininterval=1.0)
+    bar = progress_bar(total=steps, unit="step", mininterval=1.0, desc="fit", leave=False)
     first = 0
     for rows, step_ids, slots in chunks:
         count = len(rows)

@@ -99,7 +99,7 @@ class CollectConfig:
     # the "uncertain" source: of `candidates` random episodes, the schedule this surrogate
     # ensemble (`ModelConfig.members` > 1) is least sure of, its members' largest spread
     surrogate: Path | None = None
-    candidates: int = 16
+    candidates: int = 16  # random episodes the uncertain source draws per schedule it measures
     # schedules drawn for a program before moving on to the next: a worker computes a program's
     # inputs and reference outputs once per visit, not once per schedule
     per_visit: int = 4

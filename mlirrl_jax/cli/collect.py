@@ -36,7 +36,9 @@ FIELDS = (
 
 def register(sub) -> None:
     p = sub.add_parser("collect", help="measure sampled schedules into the measurement store")
-    p.add_argument("--store", default=DEFAULT_STORE)
+    p.add_argument(
+        "--store", default=DEFAULT_STORE, help=f"the measurement store ({DEFAULT_STORE})"
+    )
     p.add_argument(
         "--split",
         default="train",

@@ -28,7 +28,9 @@ MODEL_FIELDS = ("op_width", "heads", "members")
 
 def register(sub) -> None:
     p = sub.add_parser("fit-cost-model", help="train the surrogate on a measurement store")
-    p.add_argument("--store", default=DEFAULT_STORE)
+    p.add_argument(
+        "--store", default=DEFAULT_STORE, help=f"the measurement store ({DEFAULT_STORE})"
+    )
     p.add_argument("--out", default=f"runs/cost-model-{time.strftime('%Y%m%d-%H%M%S')}")
     p.add_argument("--machine", help="machine id whose measurements to use (default: this one)")
     p.add_argument(

@@ -18,7 +18,9 @@ def register(sub) -> None:
     )
     p.add_argument("--title", default="Measurement dataset")
     p.add_argument("--command", help="the command that collected the data, for the card")
-    p.add_argument("--store", default=DEFAULT_STORE)
+    p.add_argument(
+        "--store", default=DEFAULT_STORE, help=f"the measurement store ({DEFAULT_STORE})"
+    )
     p.add_argument("--allow-other-machines", action="store_true")
     p.set_defaults(func=run)
 
