@@ -101,11 +101,14 @@ def optimize(
     reference_timeout_s: float = DEFAULT_REFERENCE_TIMEOUT_S,
     search: str = "none",
     search_budget: int = 64,
+    start: str = "known",
 ) -> OptimizeSummary:
     """Optimize the kernel in `path` into the folder `out`; returns the summary. `timeout_s`
     bounds each kernel's run, the other two limits its compiling and its reference outputs.
     `search="evolutionary"` also runs the surrogate-guided evolutionary search
-    (`mlirrl_jax.search`) with `search_budget` real measurements, after the agent's."""
+    (`mlirrl_jax.search`) with `search_budget` real measurements, after the agent's.
+    `start="known"`: the agent's proposals hold the heuristic's schedule and refinements of it
+    beside its own (`Agent.proposals`); "scratch": its own only."""
     if search not in SEARCHES:
         raise OptimizeError(f"search {search!r}: expected one of {', '.join(SEARCHES)}")
     if search != "none" and search_budget < 1:
@@ -129,7 +132,7 @@ def optimize(
         f"(surrogate of machine {agent.surrogate.machine_id or '-'}; this machine is "
         f"{machine_fingerprint()['machine_id']})"
     )
-    proposals = agent.scored_schedules([program], n=budget, seed=seed, threads=threads)[0]
+    proposals = agent.proposals([program], budget, start, seed, threads=threads)[0]
     heuristic = heuristic_schedule(program, threads)
     method = TimingMethod(seed=seed)
     measured: list[tuple[str, Measurement, float | None]] = []
@@ -154,11 +157,15 @@ def optimize(
         measured.append(("heuristic", tuned, None))
         say(f"  heuristic: {tuned.summary()}")
         for rank, scored in enumerate(proposals, 1):
+            if scored.schedule.hash == heuristic.hash:
+                say(f"  agent {rank}/{len(proposals)}: the heuristic's schedule, measured above")
+                continue
             m = runner.measure(program, scored.schedule, threads=threads, method=method)
-            measured.append((f"agent {rank}", m, scored.predicted_speedup))
+            origin = "" if scored.origin == "agent" else f", {scored.origin}"
+            measured.append((f"agent {rank}{origin}", m, scored.predicted_speedup))
             say(
-                f"  agent {rank}/{len(proposals)} (predicted {scored.predicted_speedup:.2f}x): "
-                f"{m.summary()}{'' if m.verified or not m.ok else ' NOT VERIFIED'}"
+                f"  agent {rank}/{len(proposals)} (predicted {scored.predicted_speedup:.2f}x"
+                f"{origin}): {m.summary()}{'' if m.verified or not m.ok else ' NOT VERIFIED'}"
             )
         if search == "evolutionary":
             measured += _evolutionary(

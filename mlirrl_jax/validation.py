@@ -8,8 +8,12 @@ Per program and thread count the methods are
   speedup in the run);
 - `heuristic`: the heuristic schedule for the thread count;
 - `agent_greedy`: the agent's most likely schedule, chosen with no real measurement;
-- `agent_topk`: the agent's k best distinct schedules by the surrogate, all measured, the best
-  kept (k real measurements);
+- `agent_topk`: the agent's k proposals, all measured, the best kept (k real measurements).
+  By default (`agent_start="known"`) they start from what is known: the heuristic's
+  schedule, the surrogate's best refinements of it and the agent's own best schedules, about
+  half each (`Agent.proposals`);
+- `agent_scratch_topk` (beside a "known" start): the agent's own k best distinct schedules by
+  the surrogate alone, what it proposes from scratch;
 - `random_k` and `random_8k`: random search over the action space with the same k, and with
   8k, real measurements (draws as collection makes them, half uniform, half biased toward
   deeper schedules; the k are the first k of the 8k);
@@ -47,7 +51,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from mlirrl_jax.agent.agent import Agent, _bucket
+from mlirrl_jax.agent.agent import STARTS, Agent, _bucket
 from mlirrl_jax.env.replay import replay
 from mlirrl_jax.errors import Error
 from mlirrl_jax.heuristics import heuristic_schedule
@@ -88,6 +92,9 @@ class ValidationConfig:
     random_factor: int = 8  # the larger random search: random_factor * k measurements
     guided_samples: int = 256  # random schedules the surrogate ranks for `surrogate_topk`
     evolutionary_budget: int = 0  # real measurements of the evolutionary search (0: not run)
+    # the agent's top-k: "known" (the heuristic's schedule, refinements of it and the agent's
+    # own, with the agent's own alone measured beside it as `agent_scratch_topk`) or "scratch"
+    agent_start: str = "known"
     xla: bool = True  # XLA:CPU (jax.jit of the program) measured too
     numpy: bool = True  # NumPy/BLAS measured too, where it has the op
     seed: int = 0
@@ -111,6 +118,10 @@ class ValidationConfig:
             )
         if self.timeout_s <= 0:
             raise ValidationError(f"timeout_s must be positive, got {self.timeout_s}")
+        if self.agent_start not in STARTS:
+            raise ValidationError(
+                f"agent_start {self.agent_start!r}: expected one of {', '.join(STARTS)}"
+            )
         if self.evolutionary_budget < 0:
             raise ValidationError(
                 f"evolutionary_budget must be at least 0, got {self.evolutionary_budget}"
@@ -124,6 +135,7 @@ class Plan:
     program: Program
     greedy: tuple[Schedule, float]
     agent_topk: list[tuple[Schedule, float]]
+    agent_scratch: list[tuple[Schedule, float]]  # the agent's own top-k (= agent_topk: scratch)
     random: list[tuple[Schedule, float]]  # in draw order: random_k is the first k
     guided: list[tuple[Schedule, float]]
     heuristic_predicted: float
@@ -139,7 +151,10 @@ def plan(
     k, random_n = config.budget, config.budget * config.random_factor
     evaluator = agent.evaluator(programs, threads)
     greedy = agent.scored_schedules(programs, n=1, evaluator=evaluator, seed=config.seed)
-    topk = agent.scored_schedules(programs, n=k, evaluator=evaluator, seed=config.seed)
+    scratch = agent.scored_schedules(programs, n=k, evaluator=evaluator, seed=config.seed)
+    topk = agent.proposals(
+        programs, k, config.agent_start, config.seed, evaluator=evaluator, own=scratch
+    )
     reward_params = evaluator.prepare(agent.surrogate.params)
     heuristic = np.exp(evaluator.heuristic(reward_params, threads))
     draws = _random_draws(agent, evaluator, reward_params, programs, config)
@@ -152,11 +167,12 @@ def plan(
             program=program,
             greedy=(greedy[i][0].schedule, greedy[i][0].predicted_speedup),
             agent_topk=[(s.schedule, s.predicted_speedup) for s in topk[i]],
+            agent_scratch=[(s.schedule, s.predicted_speedup) for s in scratch[i]],
             random=[item[1] for item in distinct[:random_n]],
             guided=[item[1] for item in ranked[:k]],
             heuristic_predicted=float(heuristic[i]),
         )
-        for schedule, predicted in [p.greedy, *p.agent_topk, *found.values()]:
+        for schedule, predicted in [p.greedy, *p.agent_scratch, *p.agent_topk, *found.values()]:
             p.predicted[schedule.hash] = predicted
         plans.append(p)
     return plans
@@ -222,6 +238,8 @@ def _measure_plan(
         "random_8k": [s for s, _ in p.random],
         "surrogate_topk": [s for s, _ in p.guided],
     }
+    if config.agent_start != "scratch":
+        schedules["agent_scratch_topk"] = [s for s, _ in p.agent_scratch]
     spent = {
         "heuristic": 0,
         "agent_greedy": 0,
@@ -229,6 +247,7 @@ def _measure_plan(
         "random_k": len(schedules["random_k"]),
         "random_8k": len(schedules["random_8k"]),
         "surrogate_topk": len(schedules["surrogate_topk"]),
+        "agent_scratch_topk": len(p.agent_scratch),
     }
     measured: dict[str, Measurement] = {}
 
@@ -543,6 +562,9 @@ def summarize(rows: list[dict], config: ValidationConfig, peak_gflops: float | N
                 _with_best_search(per), "agent_topk", "best_search"
             ),
             "agent_greedy_over_heuristic": _ratio(per, "agent_greedy", "heuristic"),
+            # the heuristic's schedule and its refinements in the pool, against without them
+            "agent_topk_over_agent_scratch_topk": _ratio(per, "agent_topk", "agent_scratch_topk"),
+            "agent_scratch_topk_over_heuristic": _ratio(per, "agent_scratch_topk", "heuristic"),
             "by_kind": {},
         }
         kinds = defaultdict(list)
@@ -562,6 +584,9 @@ def summarize(rows: list[dict], config: ValidationConfig, peak_gflops: float | N
                 "agent_topk_over_xla": _ratio(ss, "agent_topk", "xla"),
                 "best_any_over_xla": _ratio(best_any, "best_any", "xla"),
                 "agent_topk_over_random_8k": _ratio(ss, "agent_topk", "random_8k"),
+                "agent_scratch_topk_over_heuristic": _ratio(
+                    ss, "agent_scratch_topk", "heuristic"
+                ),
                 **{
                     n: geomean([s[n] for s in ss if s.get(n)])
                     if any(s.get(n) for s in ss)
@@ -739,8 +764,16 @@ def format_validation(rows: list[dict], summary: dict, config: ValidationConfig,
                 else ""
             )
             + f"; agent top-{k} / the best of the heuristic and the searches: "
-            f"{_f(entry.get('agent_topk_over_best_search'), '.3f')} "
-            "(geomeans over the programs where both verified).",
+            f"{_f(entry.get('agent_topk_over_best_search'), '.3f')}"
+            + (
+                f"; agent top-{k} / its top-{k} from scratch (without the heuristic's schedule "
+                f"and its refinements): {_f(entry.get('agent_topk_over_agent_scratch_topk'), '.3f')}"
+                f"; from scratch / heuristic: "
+                f"{_f(entry.get('agent_scratch_topk_over_heuristic'), '.3f')}"
+                if entry.get("agent_topk_over_agent_scratch_topk")
+                else ""
+            )
+            + " (geomeans over the programs where both verified).",
             "",
             f"Surrogate's predicted speedup (its rows' threads: "
             f"{summary.get('surrogate_threads', {}).get(threads, 1)}) against real, best schedules: "
@@ -752,10 +785,11 @@ def format_validation(rows: list[dict], summary: dict, config: ValidationConfig,
             )
             + ".",
             "",
-            "| op kind | programs | agent top-k / heuristic | agent greedy / heuristic | agent top-k / XLA | best any method / XLA | agent top-k / random 8k | best fraction of peak |",
-            "|---|---|---|---|---|---|---|---|",
+            "| op kind | programs | agent top-k / heuristic | from scratch / heuristic | agent greedy / heuristic | agent top-k / XLA | best any method / XLA | agent top-k / random 8k | best fraction of peak |",
+            "|---|---|---|---|---|---|---|---|---|",
             *(
                 f"| {kind} | {e['programs']} | {_f(e.get('agent_topk_over_heuristic'), '.2f')} | "
+                f"{_f(e.get('agent_scratch_topk_over_heuristic'), '.2f')} | "
                 f"{_f(e.get('agent_greedy_over_heuristic'), '.2f')} | "
                 f"{_f(e['agent_topk_over_xla'], '.2f')} | "
                 f"{_f(e['best_any_over_xla'], '.2f')} | {_f(e['agent_topk_over_random_8k'], '.2f')} | "

@@ -27,6 +27,8 @@ from mlirrl_jax.errors import ConfigError
 from mlirrl_jax.programs.ir import Program, load_program
 from mlirrl_jax.schedule import Schedule
 
+STARTS = ("known", "scratch")  # proposals: with the heuristic's schedule and its refinements, or not
+REFINEMENTS_PER_PROGRAM = 64  # refinements of the heuristic's schedule the surrogate ranks
 SAMPLES_PER_SCHEDULE = 8  # sampled episodes per schedule asked for, before removing repeats
 # the policy's own distributions first, then flatter ones while a program lacks distinct ones
 SAMPLING_TEMPERATURES = (1.0, 2.0, 4.0)
@@ -45,6 +47,7 @@ class Scored:
 
     schedule: Schedule
     predicted_speedup: float
+    origin: str = "agent"  # "agent" (its own episode), "heuristic" or "refined" (of the heuristic's)
 
 
 class Agent:
@@ -160,6 +163,99 @@ class Agent:
         return [
             sorted(found[int(r)].values(), key=lambda s: -s.predicted_speedup)[:n] for r in chosen
         ]
+
+    def refinements(
+        self, evaluator: Evaluator, rows, per_program: int = REFINEMENTS_PER_PROGRAM, seed: int = 0
+    ) -> dict[int, list[Scored]]:
+        """Per table row: the heuristic's own schedule (first, unless it is empty) and the distinct refinements of
+        it (`agent.refine`: one change, the policy's choices where the change leaves them
+        open), each with its predicted speedup, the refinements best first."""
+        from mlirrl_jax.agent.refine import forced_refinements
+        from mlirrl_jax.env.replay import ScheduleError, schedule_to_actions, state_of_schedule
+        from mlirrl_jax.heuristics import heuristic_schedule
+
+        programs = evaluator.programs
+        threads = np.asarray(evaluator.table.threads)
+        rows = [int(r) for r in rows]
+        reward_params = evaluator.prepare(self.surrogate.params)
+        known, references = [], []
+        for r in rows:
+            heuristic = heuristic_schedule(programs[r], int(threads[r]))
+            known.append(heuristic)
+            try:
+                references.append(schedule_to_actions(programs[r], heuristic, nearest=True))
+            except ScheduleError:  # not expressible in the action space: the policy alone
+                references.append([])
+        predicted = np.exp(
+            evaluator.score_states(
+                reward_params,
+                [state_of_schedule(programs[r], h).to_env_state(r) for r, h in zip(rows, known)],
+            )
+        )
+        size = _bucket(len(rows) * per_program)
+        forced = forced_refinements(references, per_program, size, seed)
+        chosen = np.resize(np.repeat(np.asarray(rows, np.int32), per_program), size)
+        episodes = evaluator.guided_episodes(
+            self.params, reward_params, chosen, forced, jax.random.PRNGKey(seed + 7)
+        )
+        actions, steps = np.asarray(episodes.actions), np.asarray(episodes.steps)
+        speedups = np.exp(np.asarray(episodes.log_speedup))
+        found: dict[int, dict[str, Scored]] = {r: {} for r in rows}
+        for i in range(len(rows) * per_program):
+            row = int(chosen[i])
+            schedule, _ = replay(programs[row], actions[i, : steps[i]])
+            if schedule.ops:
+                found[row].setdefault(
+                    schedule.hash, Scored(schedule, float(speedups[i]), "refined")
+                )
+        out = {}
+        for j, r in enumerate(rows):
+            first = [Scored(known[j], float(predicted[j]), "heuristic")] if known[j].ops else []
+            others = [s for h, s in found[r].items() if h != known[j].hash]
+            out[r] = [*first, *sorted(others, key=lambda s: -s.predicted_speedup)]
+        return out
+
+    def proposals(
+        self,
+        programs: list[Program | str],
+        n: int,
+        start: str = "known",
+        seed: int = 0,
+        evaluator: Evaluator | None = None,
+        threads: int | None = None,
+        own: list[list[Scored]] | None = None,
+    ) -> list[list[Scored]]:
+        """Per program, the `n` schedules to measure. `start="scratch"`: the agent's own
+        (`scored_schedules`, or `own` where the caller has them). `start="known"` (n >= 2):
+        the heuristic's schedule, the surrogate's best refinements of it and the agent's own
+        best, about half each."""
+        if start not in STARTS:
+            raise ConfigError(f"start {start!r}: expected one of {', '.join(STARTS)}")
+        if evaluator is None:
+            programs = [p if isinstance(p, Program) else load_program(p) for p in programs]
+            evaluator = self.evaluator(programs, threads)
+        if own is None:
+            own = self.scored_schedules(None, n=n, seed=seed, evaluator=evaluator)
+        if start == "scratch" or n < 2:
+            return own
+        rows = range(len(evaluator.programs))
+        known = self.refinements(evaluator, rows, seed=seed)
+        out = []
+        for r in rows:
+            heuristic = [s for s in known[r][:1] if s.origin == "heuristic"]
+            refined = known[r][len(heuristic) :]
+            # the heuristic's own, then its best refinements up to n - n // 2, then the
+            # agent's own up to n; refinements again where the agent had too few distinct ones
+            chosen, taken = [], set()
+            for pool, limit in ((heuristic, 1), (refined, n - n // 2), (own[r], n), (refined, n)):
+                for s in pool:
+                    if len(chosen) >= limit:
+                        break
+                    if s.schedule.hash not in taken:
+                        taken.add(s.schedule.hash)
+                        chosen.append(s)
+            out.append(sorted(chosen, key=lambda s: -s.predicted_speedup))
+        return out
 
     def schedules(
         self,

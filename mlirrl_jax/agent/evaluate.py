@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from mlirrl_jax.agent.networks import act
-from mlirrl_jax.agent.rollout import Episodes, batched, run_episodes
+from mlirrl_jax.agent.rollout import Episodes, Forced, batched, run_episodes
 from mlirrl_jax.env.jax_env import JaxEnv
 from mlirrl_jax.env.replay import state_of_schedule
 from mlirrl_jax.env.reward import RewardParams
@@ -89,6 +89,29 @@ class Evaluator:
             self._jitted[name] = jax.jit(run)
         return self._jitted[name](
             params, reward_params, jnp.asarray(programs, jnp.int32), key, jnp.float32(temperature)
+        )
+
+    def guided_episodes(
+        self, params, reward_params, programs, forced: Forced, key, temperature: float = 1.0
+    ) -> Episodes:
+        """The agent's sampled episodes on table rows `programs`, taking the `forced` actions
+        where they cover a step (refinements of a known schedule: `agent.refine`)."""
+        if "guided" not in self._jitted:
+
+            def run(params, reward_params, programs, forced, key, temperature):
+                policy = sampling_policy(self.graphdef, params, temperature)
+                return run_episodes(
+                    self.env, policy, reward_params, self.table, programs, key, forced
+                )
+
+            self._jitted["guided"] = jax.jit(run)
+        return self._jitted["guided"](
+            params,
+            reward_params,
+            jnp.asarray(programs, jnp.int32),
+            forced,
+            key,
+            jnp.float32(temperature),
         )
 
     def greedy(self, params, reward_params) -> np.ndarray:

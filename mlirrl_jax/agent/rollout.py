@@ -40,6 +40,16 @@ class Episodes:
     log_speedup: jax.Array  # (B,) float32 predicted log-speedup of each final schedule
 
 
+@struct.dataclass
+class Forced:
+    """Actions imposed on episodes, one row each: step t takes `actions[:, t]` while t <
+    `length`, except at step `free_at` (-1: none), where the policy chooses."""
+
+    actions: jax.Array  # (B, T, ACTION_WIDTH) int32
+    length: jax.Array  # (B,) int32
+    free_at: jax.Array  # (B,) int32
+
+
 def run_episodes(
     env: JaxEnv,
     policy: BatchPolicy,
@@ -47,10 +57,12 @@ def run_episodes(
     table: ProgramTable,
     programs: jax.Array,
     key: jax.Array,
+    forced: Forced | None = None,
 ) -> Episodes:
     """One episode per entry of `programs` (B,), until every one has ended (jittable). The
     environment must not auto-reset. An episode cut at the step limit is scored too: the
-    reward's model predicts its final schedule."""
+    reward's model predicts its final schedule. `forced`: actions that replace the policy's
+    at the steps it covers (the environment's masks repair any that became illegal)."""
     if env.auto_reset:
         raise ValueError("run_episodes needs an environment that does not auto-reset")
     rows = programs.shape[0]
@@ -68,6 +80,10 @@ def run_episodes(
         states, observation, actions, log_speedup, truncated, t, key = carry
         key, act_key = jax.random.split(key)
         action = policy(act_key, observation)
+        if forced is not None:
+            at = jnp.minimum(t, forced.actions.shape[1] - 1)
+            use = (t < forced.length) & (t != forced.free_at)
+            action = jnp.where(use[:, None], forced.actions[:, at], action)
         new, step = env.step(params, table, programs, states, action)
         applied = jnp.where(states.done[:, None], 0, step.applied_action)
         log_speedup = jnp.where(step.done, step.log_speedup, log_speedup)

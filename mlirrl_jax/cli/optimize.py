@@ -26,6 +26,13 @@ def register(sub) -> None:
     )
     p.add_argument("--run", help="the agent's run (default: adapted to this machine, else shipped)")
     p.add_argument(
+        "--start",
+        choices=module_constant("mlirrl_jax.agent.agent:STARTS"),
+        default="known",
+        help="known (default): the agent proposes the heuristic's schedule and refinements of "
+        "it beside its own schedules; scratch: its own only",
+    )
+    p.add_argument(
         "--search",
         choices=module_constant("mlirrl_jax.optimize:SEARCHES"),
         default="none",
@@ -62,6 +69,7 @@ def run(args) -> int:
             reference_timeout_s=args.reference_timeout,
             search=args.search,
             search_budget=args.search_budget,
+            start=args.start,
         )
     if summary.speedup is None:
         gain = f"unscheduled over the {args.timeout:g} s limit, so no speedup over it"

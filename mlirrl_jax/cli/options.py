@@ -164,9 +164,12 @@ def dataclass_fields(spec: str) -> dict[str, FieldInfo]:
     lines right above it) and its default where that is a literal."""
     text, name = _source(spec)
     comments: dict[int, str] = {}
+    alone: set[int] = set()  # lines that hold only a comment
     for tok in tokenize.generate_tokens(io.StringIO(text).readline):
         if tok.type == tokenize.COMMENT:
             comments[tok.start[0]] = tok.string.lstrip("#").strip()
+            if tok.line.lstrip().startswith("#"):
+                alone.add(tok.start[0])
     cls = next(n for n in ast.parse(text).body if isinstance(n, ast.ClassDef) and n.name == name)
     found: dict[str, FieldInfo] = {}
     for i, node in enumerate(cls.body):
@@ -183,7 +186,7 @@ def dataclass_fields(spec: str) -> dict[str, FieldInfo]:
             doc = comments[node.lineno]
         else:
             above, line = [], node.lineno - 1
-            while line in comments:
+            while line in alone:
                 above.insert(0, comments[line])
                 line -= 1
             doc = " ".join(above)

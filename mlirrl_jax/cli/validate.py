@@ -14,12 +14,20 @@ from mlirrl_jax.cli.options import (
     add_selection_options,
     add_worker_options,
     given,
+    module_constant,
     thread_counts,
     worker_settings,
 )
 from mlirrl_jax.runfolder import check_inputs, run_folder
 
-FIELDS = ("random_factor", "guided_samples", "evolutionary_budget", "xla", "store")
+FIELDS = (
+    "random_factor",
+    "guided_samples",
+    "evolutionary_budget",
+    "agent_start",
+    "xla",
+    "store",
+)
 
 
 def register(sub) -> None:
@@ -45,6 +53,7 @@ def register(sub) -> None:
         "mlirrl_jax.validation:ValidationConfig",
         FIELDS,
         types={"random_factor": POSITIVE_INT, "guided_samples": POSITIVE_INT},
+        choices={"agent_start": list(module_constant("mlirrl_jax.agent.agent:STARTS"))},
     )
     p.add_argument("--out", help="report folder (default: the run's, or runs/validate-<time>)")
     add_worker_options(p)
