@@ -31,11 +31,11 @@ import jax
 from tqdm import tqdm
 
 from mlirrl_jax.heuristics import heuristic_schedule
+from mlirrl_jax.measure.baselines import measure_xla
 from mlirrl_jax.measure.fingerprint import machine_fingerprint
 from mlirrl_jax.measure.peak import fma_peak_gflops
 from mlirrl_jax.measure.runner import Runner
 from mlirrl_jax.measure.timing import TimingMethod
-from mlirrl_jax.measure.xla import measure_xla
 from mlirrl_jax.programs import suites
 from mlirrl_jax.programs.ir import load_program
 from mlirrl_jax.sampler import EpisodeSampler, random_policy

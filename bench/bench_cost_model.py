@@ -22,8 +22,6 @@ import time
 import jax
 import jax.numpy as jnp
 
-from cost_model.api import PREDICT_CHUNK, CostModel
-from cost_model.model import ModelConfig, build
 from mlirrl_jax.env.features import features
 from mlirrl_jax.env.state import initial_state
 from mlirrl_jax.env.table import encode_programs
@@ -31,6 +29,8 @@ from mlirrl_jax.host_devices import replicate, shard_rows, use_host_devices
 from mlirrl_jax.measure.fingerprint import machine_fingerprint
 from mlirrl_jax.programs import suites
 from mlirrl_jax.programs.ir import load_program
+from mlirrl_jax.surrogate.api import PREDICT_CHUNK, CostModel
+from mlirrl_jax.surrogate.model import ModelConfig, build
 
 
 def _timed(fn, table, states, repeats: int) -> tuple[float, float]:

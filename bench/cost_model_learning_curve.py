@@ -24,13 +24,13 @@ from pathlib import Path
 
 import numpy as np
 
-from cost_model.api import CostModel, predict_dataset
-from cost_model.dataset import load_dataset, programs_in_split
-from cost_model.metrics import evaluate
-from cost_model.train import TrainConfig
 from mlirrl_jax.measure.fingerprint import machine_fingerprint
 from mlirrl_jax.splits import SURROGATE_VALIDATION, TRAIN
 from mlirrl_jax.store import MeasurementStore
+from mlirrl_jax.surrogate.api import CostModel, predict_dataset
+from mlirrl_jax.surrogate.dataset import load_dataset, programs_in_split
+from mlirrl_jax.surrogate.metrics import evaluate
+from mlirrl_jax.surrogate.train import TrainConfig
 
 # metric: (target, higher is better)
 TARGETS = {

@@ -21,11 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
-from cost_model.metrics import evaluate
 from mlirrl_jax.measure.fingerprint import machine_fingerprint
 from mlirrl_jax.measure.runner import Runner
 from mlirrl_jax.schedule import Schedule
 from mlirrl_jax.store import MeasurementStore
+from mlirrl_jax.surrogate.metrics import evaluate
 
 
 def noise_at(store_path: str, threads: int, args, machine: str) -> dict | None:

@@ -24,16 +24,16 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from cost_model.api import CostModel
-from cost_model.dataset import load_dataset
-from cost_model.model import ModelConfig
-from cost_model.train import TrainConfig
 from mlirrl_jax.measure.fingerprint import machine_fingerprint
 from mlirrl_jax.programs.ir import load_program
 from mlirrl_jax.regrounding import RegroundConfig, anchor_states, surrogate_metrics
 from mlirrl_jax.schedule import Schedule
 from mlirrl_jax.shipped import SHIPPED_SURROGATE
 from mlirrl_jax.store import MeasurementStore
+from mlirrl_jax.surrogate.api import CostModel
+from mlirrl_jax.surrogate.dataset import load_dataset
+from mlirrl_jax.surrogate.model import ModelConfig
+from mlirrl_jax.surrogate.train import TrainConfig
 
 # the training programs' roles (a validation or held-out program's baseline is not learned)
 ROLES_LEARNED = ("learn", "calibration", "track")

@@ -5,7 +5,7 @@
 
 Scores each model on one machine's verified rows of every test-split program in `--store`
 (`mlirrl_jax.splits`: the test splits of dl-v0 and shapes-v2, all of awkward-v0; never fitted
-on), each thread count alone, with the metrics the surrogate is judged by (`cost_model.metrics`:
+on), each thread count alone, with the metrics the surrogate is judged by (`mlirrl_jax.surrogate.metrics`:
 per-program Spearman, MAPE of the speedup over the unscheduled run, pairwise accuracy, top-1).
 The rows are whatever the store holds: measure random schedules of today's action space into a
 store of their own for a clean score (`mlirrl-jax collect --split test --mix random:1`).
@@ -36,12 +36,12 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 
-from cost_model.api import CostModel, predict_dataset
-from cost_model.dataset import Dataset, load_dataset, map_in_chunks
-from cost_model.metrics import evaluate
 from mlirrl_jax.measure.fingerprint import machine_fingerprint
 from mlirrl_jax.splits import TEST, TRAIN, split_of
 from mlirrl_jax.store import MeasurementStore
+from mlirrl_jax.surrogate.api import CostModel, predict_dataset
+from mlirrl_jax.surrogate.dataset import Dataset, load_dataset, map_in_chunks
+from mlirrl_jax.surrogate.metrics import evaluate
 
 
 def programs_of_split(store: MeasurementStore, machine: str, split: str) -> set[str]:

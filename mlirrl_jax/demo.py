@@ -12,6 +12,7 @@ from pathlib import Path
 
 from mlirrl_jax.measure.runner import DEFAULT_MEM_LIMIT_MB, DEFAULT_TIMEOUT_S
 from mlirrl_jax.programs.ir import Program, load_program
+from mlirrl_jax.records import ValidationRow
 from mlirrl_jax.shipped import DEFAULT_STORE
 
 log = logging.getLogger(__name__)
@@ -148,25 +149,25 @@ def run_demo(out_dir: Path, programs: list[Program], config: DemoConfig) -> tupl
     return rows, summary
 
 
-def methods_without_result(rows: list[dict]) -> list[str]:
+def methods_without_result(rows: list[ValidationRow]) -> list[str]:
     """The (program, method) pairs of a validation with no verified result, each logged as an
     error. A candidate schedule that crashed, timed out or computed a wrong output is a
     recorded result, not a failure of the run: only a method left with nothing verified is."""
     for r in rows:
-        if r["failed"] or r["unverified"]:
-            what = [*r["failed"], *(["unverified"] if r["unverified"] else [])]
+        if r.failed or r.unverified:
+            what = [*r.failed, *(["unverified"] if r.unverified else [])]
             log.warning(
                 "%s at %s thread(s): candidate schedules ended %s (recorded in "
                 "validation.jsonl: results, not failures)",
-                r["program"],
-                r["threads"],
+                r.program,
+                r.threads,
                 ", ".join(what),
             )
     missing = [
-        f"{r['program']} ({method}: {entry['status']})"
+        f"{r.program} ({method}: {entry.status})"
         for r in rows
-        for method, entry in r["methods"].items()
-        if entry["ms"] is None and entry["status"] != "not available for this program"
+        for method, entry in r.methods.items()
+        if entry.ms is None and entry.status != "not available for this program"
     ]
     for line in missing:
         log.error("no verified result: %s", line)

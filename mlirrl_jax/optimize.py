@@ -52,8 +52,8 @@ class OptimizeError(Error, ValueError):
 def _evolutionary(program, agent, runner, threads, method, base, budget, seed, say) -> list:
     """The evolutionary search's trials as (source, measurement, predicted speedup), from the
     agent's surrogate (the analytic stand-in has nothing to fine-tune: refused)."""
-    from cost_model.api import CostModel
     from mlirrl_jax.search import EvolutionarySearch, EvolutionConfig
+    from mlirrl_jax.surrogate.api import CostModel
 
     if not agent.surrogate.path or agent.surrogate.path == "analytic":
         raise OptimizeError(

@@ -1,6 +1,6 @@
 """Typed records of the jobs' results, each with `to_json` / `from_json`: what `optimize`
-writes as `summary.json` (`OptimizeSummary`), and what a surrogate's fit reports
-(`FitResult`). Reading a file written before a field existed leaves it at its default;
+writes as `summary.json` (`OptimizeSummary`), what a surrogate's fit reports (`FitResult`),
+and the validation's rows (`ValidationRow`, one `MethodResult` per method). Reading a file written before a field existed leaves it at its default;
 a field this code does not know is refused, naming it."""
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ from mlirrl_jax.errors import ConfigError
 
 class Record:
     """`to_json` / `from_json` for a dataclass of JSON values (and lists of records, named
-    in `_NESTED`)."""
+    in `_NESTED`, or dicts of them, named in `_NESTED_DICTS`)."""
 
     _NESTED: dict = {}
+    _NESTED_DICTS: dict = {}
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -29,6 +30,9 @@ class Record:
         for name, kind in cls._NESTED.items():
             if values.get(name) is not None:
                 values[name] = [kind.from_json(item) for item in values[name]]
+        for name, kind in cls._NESTED_DICTS.items():
+            if values.get(name) is not None:
+                values[name] = {k: kind.from_json(item) for k, item in values[name].items()}
         return cls(**values)
 
 
@@ -71,7 +75,7 @@ class OptimizeSummary(Record):
 @dataclass(frozen=True)
 class HeldOutScores(Record):
     """A surrogate scored on the held-out (surrogate-validation) programs of a store: each
-    score a `cost_model.metrics.evaluate` dict (MAPE of speedup, Spearman, pairwise accuracy,
+    score a `mlirrl_jax.surrogate.metrics.evaluate` dict (MAPE of speedup, Spearman, pairwise accuracy,
     top-1, top-5, counts)."""
 
     machine_id: str | list[str]
@@ -98,3 +102,34 @@ class FitResult(HeldOutScores):
     total_seconds: float = 0.0
     surrogate_on_training_programs: dict = field(default_factory=dict)
     history: list = field(default_factory=list)  # per epoch or step block: losses
+
+
+@dataclass
+class MethodResult(Record):
+    """One method's result on one program at one thread count in a validation: its best
+    verified time, or why it has none."""
+
+    ms: float | None  # None: no verified result (`status` says why)
+    spent: int  # real measurements of schedules it used
+    status: str  # "ok", "no verified schedule", "unverified", a failure, ...
+    predicted: float | None = None  # the surrogate's predicted speedup of its best schedule
+    schedule: dict | None = None  # its best schedule
+    trials_ms: list | None = None  # a search's trials, verified times in the order measured
+
+
+@dataclass
+class ValidationRow(Record):
+    """`validate`'s result on one program at one thread count: a line of `validation.jsonl`."""
+
+    program: str
+    kind: str  # the op kind (`programs.select.program_kind`)
+    threads: int
+    flops: int
+    kernel_measurements: int  # kernels measured for this row (the unscheduled one included once)
+    failed: list[str]  # the statuses of the candidates that failed
+    failed_counts: dict  # status -> candidates
+    unverified: int  # candidates that ran but were not verified
+    methods: dict[str, MethodResult]  # "unscheduled", the methods measured, "xla", "numpy"
+    machine_id: str = ""
+
+    _NESTED_DICTS = {"methods": MethodResult}

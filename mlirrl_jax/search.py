@@ -110,9 +110,9 @@ class EvolutionarySearch:
         config: EvolutionConfig | None = None,
         profile=None,
     ):
-        from cost_model.dataset import machine_table
         from mlirrl_jax.measure.profile import this_machine_profile
         from mlirrl_jax.sampler import EpisodeSampler, random_policy
+        from mlirrl_jax.surrogate.dataset import machine_table
 
         self.program = program
         self.prior = surrogate  # each update starts again from it, on every row so far
@@ -126,9 +126,9 @@ class EvolutionarySearch:
     def predict(self, drawn: list[list[np.ndarray]]) -> np.ndarray:
         """The surrogate's predicted speedup over the unscheduled program of each action
         sequence."""
-        from cost_model.dataset import featurize
         from mlirrl_jax.actions import NEXT, encode_action
         from mlirrl_jax.env.jax_env import MAX_EPISODE_STEPS
+        from mlirrl_jax.surrogate.dataset import featurize
 
         drawn = [[], *drawn]  # the unscheduled program first
         padded = np.tile(encode_action(NEXT), (len(drawn), MAX_EPISODE_STEPS, 1))
@@ -141,9 +141,9 @@ class EvolutionarySearch:
 
     def _dataset(self, trials: list[tuple[list[np.ndarray], Trial]]):
         """The verified trials as a dataset the surrogate can be fine-tuned on."""
-        from cost_model.dataset import Dataset, featurize
         from mlirrl_jax.actions import NEXT, encode_action
         from mlirrl_jax.env.jax_env import MAX_EPISODE_STEPS
+        from mlirrl_jax.surrogate.dataset import Dataset, featurize
 
         padded = np.tile(encode_action(NEXT), (len(trials), MAX_EPISODE_STEPS, 1))
         for row, (actions, _) in enumerate(trials):

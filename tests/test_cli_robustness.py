@@ -359,20 +359,27 @@ def test_a_ctrl_c_swallowed_in_a_gc_callback_still_stops_the_job():
 
 def test_the_demo_fails_only_for_a_method_left_without_a_verified_result(caplog):
     from mlirrl_jax.demo import methods_without_result
+    from mlirrl_jax.records import ValidationRow
 
-    def row(random_status: str) -> dict:
+    def row(random_status: str) -> ValidationRow:
         ms = 1.0 if random_status == "ok" else None
-        return {
-            "program": "suite://dl-v0/relu_1x56x56x256",
-            "threads": 1,
-            "failed": ["timeout"],  # one random candidate timed out: a recorded result
-            "unverified": 0,
-            "methods": {
-                "heuristic": {"ms": 0.1, "status": "ok"},
-                "random_k": {"ms": ms, "status": random_status},
-                "numpy": {"ms": None, "status": "not available for this program"},
-            },
-        }
+        return ValidationRow.from_json(
+            {
+                "program": "suite://dl-v0/relu_1x56x56x256",
+                "kind": "elementwise",
+                "threads": 1,
+                "flops": 802816,
+                "kernel_measurements": 3,
+                "failed": ["timeout"],  # one random candidate timed out: a recorded result
+                "failed_counts": {"timeout": 1},
+                "unverified": 0,
+                "methods": {
+                    "heuristic": {"ms": 0.1, "spent": 0, "status": "ok"},
+                    "random_k": {"ms": ms, "spent": 1, "status": random_status},
+                    "numpy": {"ms": None, "spent": 0, "status": "not available for this program"},
+                },
+            }
+        )
 
     assert methods_without_result([row("ok")]) == []
     assert "candidate schedules ended timeout" in caplog.text

@@ -8,10 +8,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from cost_model.api import AnalyticModel, CostModel, predict_dataset
-from cost_model.dataset import load_dataset
-from cost_model.metrics import evaluate
-from cost_model.train import TrainConfig
 from mlirrl_jax.actions import MAX_OPS
 from mlirrl_jax.collect import CollectConfig, CollectionJob
 from mlirrl_jax.env.features import features
@@ -22,6 +18,10 @@ from mlirrl_jax.env.state import initial_state, trim_ops
 from mlirrl_jax.measure.fingerprint import machine_fingerprint
 from mlirrl_jax.measure.timing import TimingMethod
 from mlirrl_jax.store import MeasurementStore
+from mlirrl_jax.surrogate.api import AnalyticModel, CostModel, predict_dataset
+from mlirrl_jax.surrogate.dataset import load_dataset
+from mlirrl_jax.surrogate.metrics import evaluate
+from mlirrl_jax.surrogate.train import TrainConfig
 
 # cheap dl-v0 programs: six of the train split, two of the surrogate-validation split
 CHEAP_PROGRAMS = tuple(
@@ -221,7 +221,7 @@ def test_every_collected_schedule_is_featurized_with_its_baseline(dataset):
 def test_an_ensemble_averages_members_trained_on_their_own_batches(dataset):
     from dataclasses import replace
 
-    from cost_model.model import ModelConfig, apply, apply_members
+    from mlirrl_jax.surrogate.model import ModelConfig, apply, apply_members
 
     config = replace(SMALL, epochs=10, model=ModelConfig(members=3))
     ensemble, _ = CostModel.fit(dataset, config)
@@ -235,7 +235,7 @@ def test_an_ensemble_averages_members_trained_on_their_own_batches(dataset):
 
 
 def test_random_states_are_finished_legal_episodes_of_the_datasets_programs(dataset):
-    from cost_model.dataset import random_states
+    from mlirrl_jax.surrogate.dataset import random_states
 
     extra = random_states(dataset, 300, seed=1)
     assert len(extra) == 300 and set(extra.program.tolist()) <= set(dataset.program.tolist())
@@ -250,8 +250,8 @@ def test_random_states_are_finished_legal_episodes_of_the_datasets_programs(data
 def test_distillation_gives_one_network_close_to_its_teacher(dataset, tmp_path):
     from dataclasses import replace
 
-    from cost_model.dataset import random_states
-    from cost_model.model import ModelConfig
+    from mlirrl_jax.surrogate.dataset import random_states
+    from mlirrl_jax.surrogate.model import ModelConfig
 
     config = replace(
         SMALL,
@@ -279,9 +279,9 @@ def test_distillation_gives_one_network_close_to_its_teacher(dataset, tmp_path):
 def test_tree_teacher_labels_follow_the_measurements_and_the_student_follows_the_trees(dataset):
     from dataclasses import replace
 
-    from cost_model.dataset import random_states
-    from cost_model.metrics import evaluate
-    from cost_model.teacher import fit_tree_teacher
+    from mlirrl_jax.surrogate.dataset import random_states
+    from mlirrl_jax.surrogate.metrics import evaluate
+    from mlirrl_jax.surrogate.teacher import fit_tree_teacher
 
     trees, curve = fit_tree_teacher(dataset, rounds=60, leaves=15, seed=0)
     fitted = trees.predict(dataset.features)
@@ -308,8 +308,8 @@ def test_tree_teacher_labels_follow_the_measurements_and_the_student_follows_the
 def test_the_fit_job_writes_metrics_a_plot_and_a_model_that_reevaluates_the_same(
     store_path, tmp_path
 ):
-    from cost_model.report import evaluate_saved, fit_and_report, format_metrics
     from mlirrl_jax.records import FitResult
+    from mlirrl_jax.surrogate.report import evaluate_saved, fit_and_report, format_metrics
 
     machine = machine_fingerprint()["machine_id"]
     out = tmp_path / "run"
@@ -341,8 +341,8 @@ def test_the_fit_job_writes_metrics_a_plot_and_a_model_that_reevaluates_the_same
 
 
 def test_the_metrics_table_marks_a_family_with_only_baselines():
-    from cost_model.metrics import evaluate
-    from cost_model.report import format_metrics
+    from mlirrl_jax.surrogate.metrics import evaluate
+    from mlirrl_jax.surrogate.report import format_metrics
 
     two = evaluate(
         np.array([0.0, 1.0, 2.0]), np.array([0.0, 2.0, 1.0]), np.zeros(3), np.eye(3)[0] > 0
@@ -410,7 +410,7 @@ def test_the_shipped_model_predicts_its_reference_slice_as_recorded(shipped, tmp
 def test_step_caps_bound_the_batches_of_each_phase(dataset):
     from dataclasses import replace
 
-    from cost_model.train import fit
+    from mlirrl_jax.surrogate.train import fit
 
     capped = replace(
         SMALL,
@@ -432,7 +432,7 @@ def test_step_caps_bound_the_batches_of_each_phase(dataset):
 def test_fits_repeat_exactly_and_feature_noise_changes_them(dataset):
     from dataclasses import replace
 
-    from cost_model.train import fit
+    from mlirrl_jax.surrogate.train import fit
 
     quiet = replace(SMALL, max_steps=60, feature_noise=0.0)
     leaves = lambda config: jax.tree.leaves(fit(dataset, config)[1])  # noqa: E731
@@ -442,9 +442,9 @@ def test_fits_repeat_exactly_and_feature_noise_changes_them(dataset):
 
 
 def test_training_chunks_run_over_the_op_slots_their_programs_need(model, dataset):
-    from cost_model.model import apply
-    from cost_model.train import ORDER_WINDOW, STEPS_PER_CALL, _slot_ordered
     from mlirrl_jax.env.state import slot_sizes
+    from mlirrl_jax.surrogate.model import apply
+    from mlirrl_jax.surrogate.train import ORDER_WINDOW, STEPS_PER_CALL, _slot_ordered
 
     trained, _ = model
     n_ops = np.asarray(dataset.table.n_ops)[dataset.program]
@@ -472,7 +472,7 @@ def test_training_chunks_run_over_the_op_slots_their_programs_need(model, datase
 
 
 def test_ensemble_members_draw_batches_from_their_own_bootstrap_of_the_programs(dataset):
-    from cost_model.train import _batches
+    from mlirrl_jax.surrogate.train import _batches
 
     def programs_seen(member: int, bootstrap: bool) -> set[int]:
         rng = np.random.default_rng([SMALL.seed, member])

@@ -5,7 +5,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from cost_model.dataset import padded_actions
 from mlirrl_jax.env.features import (
     LOCALITY_FEATURES,
     MAX_OPERANDS,
@@ -22,6 +21,7 @@ from mlirrl_jax.env.table import encode_programs
 from mlirrl_jax.programs import generate as g
 from mlirrl_jax.programs.ir import parse_program
 from mlirrl_jax.schedule import Schedule
+from mlirrl_jax.surrogate.dataset import padded_actions
 from tests.test_jax_env import random_episodes
 
 M, N, K = 64, 96, 128

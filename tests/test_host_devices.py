@@ -15,8 +15,8 @@ SCRIPT = textwrap.dedent(
     assert use_host_devices(2) == 2
     import jax
     import jax.numpy as jnp
-    from cost_model.api import CostModel
-    from cost_model.model import ModelConfig, build
+    from mlirrl_jax.surrogate.api import CostModel
+    from mlirrl_jax.surrogate.model import ModelConfig, build
     from mlirrl_jax.env.state import initial_state
     from mlirrl_jax.env.table import encode_programs
     from mlirrl_jax.programs import suites

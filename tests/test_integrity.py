@@ -14,7 +14,6 @@ from typing import NamedTuple
 import numpy as np
 import pytest
 
-from cost_model.api import CostModel
 from mlirrl_jax import integrity
 from mlirrl_jax.agent import checkpoint
 from mlirrl_jax.agent.agent import Agent
@@ -28,6 +27,7 @@ from mlirrl_jax.shipped import (
     SINGLE_MACHINE_SURROGATE,
 )
 from mlirrl_jax.store import MeasurementStore
+from mlirrl_jax.surrogate.api import CostModel
 
 PROGRAM = "suite://dl-v0/conv2d_nhwc_n1_h226_w226_c3_f64_k3_s1_d1"
 FAULTS = ("flip", "truncate", "delete")

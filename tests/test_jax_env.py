@@ -311,9 +311,9 @@ def test_a_remainder_tile_is_offered_to_tiling_never_to_a_forall(runner):
 
 
 def test_a_packed_convolution_replays_in_grammar_order_and_jax_agrees():
-    from cost_model.dataset import padded_actions
     from mlirrl_jax.env.jax_env import run_actions
     from mlirrl_jax.schedule import Schedule, Transform
+    from mlirrl_jax.surrogate.dataset import padded_actions
 
     program = parse_program(g.render(g.Conv2dSpec("nhwc", 1, 10, 10, 8, 32, 3)), "conv_pack")
     op = next(o for o in program.ops if o.kind != "fill").id  # loops n, oh, ow, f, kh, kw, c

@@ -11,9 +11,6 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from cost_model.api import CostModel, predict_dataset
-from cost_model.dataset import load_dataset, machine_table
-from cost_model.train import TrainConfig
 from mlirrl_jax import integrity
 from mlirrl_jax.cli import main
 from mlirrl_jax.env.features import MACHINE_FEATURES, STATIC_OP_FEATURES
@@ -34,6 +31,9 @@ from mlirrl_jax.programs.ir import load_program
 from mlirrl_jax.sampler import EpisodeSampler, random_policy
 from mlirrl_jax.schedule import Schedule
 from mlirrl_jax.store import MeasurementStore, StoreError
+from mlirrl_jax.surrogate.api import CostModel, predict_dataset
+from mlirrl_jax.surrogate.dataset import load_dataset, machine_table
+from mlirrl_jax.surrogate.train import TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED = sorted((ROOT / "data" / "seed").glob("*.parquet"))[0]
@@ -317,9 +317,9 @@ def test_a_version_4_network_loads_and_reads_no_machine(one_program):
 
 
 def test_the_uncertain_source_picks_what_the_ensemble_is_least_sure_of(fit_run, tmp_path):
-    from cost_model.dataset import featurize, padded_actions
     from mlirrl_jax.collect import CollectConfig, CollectionJob, SpreadChooser
     from mlirrl_jax.shipped import SINGLE_MACHINE_SURROGATE
+    from mlirrl_jax.surrogate.dataset import featurize, padded_actions
 
     programs = [load_program(u) for u in MEASURED_HERE]
     chooser = SpreadChooser(fit_run / "model", programs, threads=2)

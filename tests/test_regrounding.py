@@ -14,8 +14,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cost_model.api import CostModel, predict_dataset
-from cost_model.dataset import load_dataset
 from mlirrl_jax.agent.agent import Agent
 from mlirrl_jax.agent.run import run_training
 from mlirrl_jax.agent.train import AgentConfig
@@ -23,6 +21,8 @@ from mlirrl_jax.measure.fingerprint import machine_fingerprint
 from mlirrl_jax.regrounding import RegroundConfig, rounds
 from mlirrl_jax.shipped import SHIPPED_SURROGATE
 from mlirrl_jax.store import MeasurementStore
+from mlirrl_jax.surrogate.api import CostModel, predict_dataset
+from mlirrl_jax.surrogate.dataset import load_dataset
 
 REPO = Path(__file__).resolve().parents[1]
 AGENT = AgentConfig(

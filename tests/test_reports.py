@@ -1,6 +1,7 @@
 """The reports' arithmetic, on rows written by hand: the sample efficiency of the searches."""
 
-from mlirrl_jax.validation_report import (
+from mlirrl_jax.records import ValidationRow
+from mlirrl_jax.validation.report import (
     budget_to_match,
     format_sample_efficiency,
     running_best,
@@ -9,16 +10,27 @@ from mlirrl_jax.validation_report import (
 )
 
 
-def _row(program: str, agent_ms: float, trials: list) -> dict:
-    return {
-        "program": program,
-        "threads": 1,
-        "methods": {
-            "unscheduled": {"ms": 10.0},
-            "agent_topk": {"ms": agent_ms},
-            "random_8k": {"ms": min(t for t in trials if t), "trials_ms": trials},
-        },
-    }
+def _row(program: str, agent_ms: float, trials: list) -> ValidationRow:
+    def method(ms, spent, **more) -> dict:
+        return {"ms": ms, "spent": spent, "status": "ok", **more}
+
+    return ValidationRow.from_json(
+        {
+            "program": program,
+            "kind": "matmul",
+            "threads": 1,
+            "flops": 10**6,
+            "kernel_measurements": 6,
+            "failed": [],
+            "failed_counts": {},
+            "unverified": 0,
+            "methods": {
+                "unscheduled": method(10.0, 0),
+                "agent_topk": method(agent_ms, 1),
+                "random_8k": method(min(t for t in trials if t), 4, trials_ms=trials),
+            },
+        }
+    )
 
 
 def test_a_search_is_credited_the_budget_at_which_it_equals_the_agent(tmp_path):

@@ -13,8 +13,8 @@ from mlirrl_jax.search import EvolutionarySearch, EvolutionConfig, SearchError
 
 @pytest.fixture(scope="module")
 def surrogate():
-    from cost_model.api import CostModel
     from mlirrl_jax.shipped import SHIPPED_SURROGATE
+    from mlirrl_jax.surrogate.api import CostModel
 
     return CostModel.load(SHIPPED_SURROGATE)
 

@@ -11,7 +11,7 @@ import pytest
 from mlirrl_jax.measure import semantics
 from mlirrl_jax.measure.compile import compile_kernel
 from mlirrl_jax.measure.reference import NUMPY_TYPES, evaluate
-from mlirrl_jax.measure.xla import jax_function
+from mlirrl_jax.measure.to_jax import jax_function
 from mlirrl_jax.programs.ir import Program, parse_program
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1

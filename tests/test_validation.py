@@ -2,6 +2,7 @@
 real measurement in the worker, verified outputs, XLA beside them."""
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -44,25 +45,25 @@ def validated(agent, matmul, mm_bias_relu, tmp_path_factory):
 
 def test_validation_measures_every_method_on_every_program(validated):
     out, rows, summary, _ = validated
-    assert [r["program"] for r in rows] == ["matmul", "mm_bias_relu"]
+    assert [r.program for r in rows] == ["matmul", "mm_bias_relu"]
     for r in rows:
-        methods = r["methods"]
-        assert methods["unscheduled"]["ms"] > 0
+        methods = r.methods
+        assert methods["unscheduled"].ms > 0
         for name in ("heuristic", "agent_greedy", "agent_topk", "random_k", "random_8k"):
-            assert methods[name]["ms"] and methods[name]["ms"] > 0, (r["program"], name)
-        assert methods["agent_topk"]["spent"] == 2 and methods["random_8k"]["spent"] == 4
-        assert methods["agent_greedy"]["spent"] == 0
+            assert methods[name].ms and methods[name].ms > 0, (r.program, name)
+        assert methods["agent_topk"].spent == 2 and methods["random_8k"].spent == 4
+        assert methods["agent_greedy"].spent == 0
         # the larger random search includes the smaller one: never worse
-        assert methods["random_8k"]["ms"] <= methods["random_k"]["ms"]
+        assert methods["random_8k"].ms <= methods["random_k"].ms
         # its trials, in the order measured: the sample-efficiency curve reads them
-        trials = methods["random_8k"]["trials_ms"]
-        assert len(trials) == 4 and min(t for t in trials if t) == methods["random_8k"]["ms"]
-        assert methods["xla"]["status"] == "ok" and methods["xla"]["ms"] > 0
-        assert not r["failed"] and r["unverified"] == 0
+        trials = methods["random_8k"].trials_ms
+        assert len(trials) == 4 and min(t for t in trials if t) == methods["random_8k"].ms
+        assert methods["xla"].status == "ok" and methods["xla"].ms > 0
+        assert not r.failed and r.unverified == 0
     assert rows[0]["methods"]["numpy"]["ms"] > 0  # a matmul: NumPy/BLAS too
     entry = summary["threads"]["1"]
     assert entry["agent_topk_over_random_8k"] > 0
-    greedy = entry["methods"]["agent_greedy"]
+    greedy = entry.methods["agent_greedy"]
     assert greedy["predicted_geomean"] > 0 and greedy["prediction_mape"] >= 0
     assert {"matmul", "matmul_bias_relu"} <= set(entry["by_kind"]) or entry["by_kind"]
     efficiency = summary["sample_efficiency"]["1"]["random_8k"]
@@ -86,11 +87,11 @@ def test_the_report_counts_failed_candidates_beside_the_speedups(validated):
     from mlirrl_jax.validation import format_validation
 
     out, rows, summary, v = validated
-    assert all(r["failed_counts"] == {} for r in rows)
+    assert all(r.failed_counts == {} for r in rows)
     lines = (out / "validation.md").read_text().splitlines()
     assert any(line.endswith("| candidates failed |") for line in lines)
     # a candidate that timed out is a result of the run, counted in its program's row
-    timed_out = [{**rows[0], "failed": ["timeout"], "failed_counts": {"timeout": 1}}, rows[1]]
+    timed_out = [replace(rows[0], failed=["timeout"], failed_counts={"timeout": 1}), rows[1]]
     text = format_validation(timed_out, summary, v.config, {})
     row = next(line for line in text.splitlines() if line.startswith("| matmul |"))
     assert row.endswith("| timeout 1 |") and "x |" in row
@@ -122,7 +123,7 @@ def test_validation_goes_on_where_it_stopped_and_stores_its_measurements(validat
     assert again.run() == rows  # everything done: nothing measured again
     with MeasurementStore(v.config.store) as store:
         # each distinct kernel schedule once, the unscheduled programs included
-        assert store.count() == sum(r["kernel_measurements"] for r in rows)
+        assert store.count() == sum(r.kernel_measurements for r in rows)
     with pytest.raises(ValidationError, match="other settings"):
         Validation(agent, v.programs, out, ValidationConfig(**{**SMALL, "budget": 3}))
 
@@ -130,7 +131,7 @@ def test_validation_goes_on_where_it_stopped_and_stores_its_measurements(validat
 def test_each_thread_count_takes_the_agent_adapted_to_it(tmp_path, monkeypatch, agent, matmul):
     from mlirrl_jax import adopted
     from mlirrl_jax.adopted import runs_for_threads
-    from mlirrl_jax.validation import Validation, ValidationConfig, ValidationError, _agents_line
+    from mlirrl_jax.validation import Validation, ValidationConfig, ValidationError, agents_line
 
     monkeypatch.setattr(adopted, "ADAPTED", tmp_path / "adapted")
     monkeypatch.setattr(adopted, "CHECKOUT_ADAPTED", tmp_path / "checkout-adapted")
@@ -150,7 +151,7 @@ def test_each_thread_count_takes_the_agent_adapted_to_it(tmp_path, monkeypatch, 
         runs_for_threads([str(SHIPPED_AGENT), str(SHIPPED_AGENT)], (1, 2), None)
     with pytest.raises(ValidationError, match=r"no agent for \[1\] thread"):
         Validation({2: agent}, [matmul], tmp_path / "v", ValidationConfig(**SMALL))
-    line = _agents_line(
+    line = agents_line(
         {
             "agent": {"1": "runs/a", "2": "runs/b"},
             "surrogate_machine": "m",

@@ -3,9 +3,10 @@
 import numpy as np
 import pytest
 
+from mlirrl_jax.measure.baselines import measure_numpy, measure_xla
 from mlirrl_jax.measure.reference import compare, evaluate, random_inputs, tolerance
 from mlirrl_jax.measure.timing import TimingMethod
-from mlirrl_jax.measure.xla import jax_function, measure_numpy, measure_xla
+from mlirrl_jax.measure.to_jax import jax_function
 from mlirrl_jax.programs import generate as g
 from mlirrl_jax.programs.ir import parse_program
 

@@ -27,7 +27,10 @@ from mlirrl_jax.errors import ConfigError
 from mlirrl_jax.programs.ir import Program, load_program
 from mlirrl_jax.schedule import Schedule
 
-STARTS = ("known", "scratch")  # proposals: with the heuristic's schedule and its refinements, or not
+STARTS = (
+    "known",
+    "scratch",
+)  # proposals: with the heuristic's schedule and its refinements, or not
 REFINEMENTS_PER_PROGRAM = 64  # refinements of the heuristic's schedule the surrogate ranks
 SAMPLES_PER_SCHEDULE = 8  # sampled episodes per schedule asked for, before removing repeats
 # the policy's own distributions first, then flatter ones while a program lacks distinct ones
@@ -47,7 +50,9 @@ class Scored:
 
     schedule: Schedule
     predicted_speedup: float
-    origin: str = "agent"  # "agent" (its own episode), "heuristic" or "refined" (of the heuristic's)
+    origin: str = (
+        "agent"  # "agent" (its own episode), "heuristic" or "refined" (of the heuristic's)
+    )
 
 
 class Agent:

@@ -1,5 +1,5 @@
 """The reward model an agent trains against, by name: the shipped surrogate, a saved one, or
-the analytic stand-in. The one place the agent reaches into `cost_model` (lazily): the rest of
+the analytic stand-in. The one place the agent reaches into `mlirrl_jax.surrogate` (lazily): the rest of
 the agent sees only a `LogTimeModel` and its parameter pytree."""
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def load_surrogate(spec: str = "") -> Surrogate:
     files checked against its manifest: `CostModel.load`)."""
     if spec == ANALYTIC:
         return Surrogate(AnalyticLogTime(), (), {"kind": ANALYTIC}, DEFAULT_SUITES, ANALYTIC)
-    from cost_model.api import CostModel
+    from mlirrl_jax.surrogate.api import CostModel
 
     path = Path(spec) if spec else SHIPPED_SURROGATE
     model = CostModel.load(path)

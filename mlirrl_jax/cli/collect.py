@@ -54,7 +54,7 @@ def register(sub) -> None:
     limit.add_argument("--budget", type=int, help=argparse.SUPPRESS)  # renamed --rows
     add_field_flags(
         p,
-        "mlirrl_jax.collect:CollectConfig",
+        "mlirrl_jax.collect.config:CollectConfig",
         FIELDS,
         types={
             "workers": POSITIVE_INT,
@@ -64,7 +64,7 @@ def register(sub) -> None:
             "max_programs": POSITIVE_INT,
             "max_mflops": POSITIVE_FLOAT,
         },
-        choices={"backend": module_constant("mlirrl_jax.collect:BACKENDS")},
+        choices={"backend": module_constant("mlirrl_jax.collect.config:BACKENDS")},
     )
     p.add_argument(
         "--mix",
@@ -73,6 +73,7 @@ def register(sub) -> None:
         "samples), uncertain (of --candidates random episodes, the one --surrogate's ensemble "
         "is least sure of); default random:0.4,heuristic:0.4,agent:0.2",
     )
+    # flags of this command alone (the shared groups come from `options`)
     p.add_argument("--agent", help="the agent run the agent source samples (default: shipped)")
     p.add_argument("--surrogate", help="the ensemble the uncertain source asks (members > 1)")
     p.add_argument(

@@ -1,5 +1,5 @@
 """`mlirrl-jax fit-cost-model`: fit the surrogate on a measurement store's rows of one machine
-or several (`cost_model.report.fit_and_report`)."""
+or several (`mlirrl_jax.surrogate.report.fit_and_report`)."""
 
 from __future__ import annotations
 
@@ -44,23 +44,23 @@ def register(sub) -> None:
         default=(1,),
         help="threads per kernel of the rows to fit on, e.g. 1 or 1,2 (default 1)",
     )
-    # unset: the defaults of cost_model.train.TrainConfig and cost_model.model.ModelConfig
+    # unset: the defaults of mlirrl_jax.surrogate.train.TrainConfig and mlirrl_jax.surrogate.model.ModelConfig
     add_field_flags(
         p,
-        "cost_model.train:TrainConfig",
+        "mlirrl_jax.surrogate.train:TrainConfig",
         TRAIN_FIELDS,
         types={"max_steps": int, "distill_max_steps": int},
     )
-    add_field_flags(p, "cost_model.model:ModelConfig", MODEL_FIELDS)
+    add_field_flags(p, "mlirrl_jax.surrogate.model:ModelConfig", MODEL_FIELDS)
     p.add_argument("--seed", type=int, default=0, help="seed of the fit")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from cost_model.model import ModelConfig
-    from cost_model.report import fit_and_report, format_metrics
-    from cost_model.train import TrainConfig
     from mlirrl_jax.measure.fingerprint import machine_fingerprint
+    from mlirrl_jax.surrogate.model import ModelConfig
+    from mlirrl_jax.surrogate.report import fit_and_report, format_metrics
+    from mlirrl_jax.surrogate.train import TrainConfig
 
     config = TrainConfig(
         seed=args.seed,
@@ -68,8 +68,8 @@ def run(args) -> int:
         model=ModelConfig(seed=args.seed, **given(args, MODEL_FIELDS)),
     )
     if args.machines is not None:  # several machines: asked for by name, or all
-        from cost_model.dataset import resolve_machines
         from mlirrl_jax.store import MeasurementStore
+        from mlirrl_jax.surrogate.dataset import resolve_machines
 
         if args.machine:
             raise ConfigError("--machine and --machines: give one of them")

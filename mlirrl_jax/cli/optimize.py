@@ -55,6 +55,7 @@ def run(args) -> int:
 
     # summary.json is written last: a folder holding it has a result to keep
     with run_folder(args.out, lambda out: (out / "summary.json").is_file(), args.command_line):
+        # each flag to the parameter of its name
         summary = optimize(
             args.kernel,
             args.out,

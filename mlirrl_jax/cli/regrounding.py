@@ -15,7 +15,7 @@ from mlirrl_jax.cli.options import (
 )
 from mlirrl_jax.errors import ConfigError
 
-REGROUNDING = "mlirrl_jax.regrounding"
+REGROUNDING = "mlirrl_jax.regrounding.config"
 REGROUNDING_FIELDS = (
     "rounds",
     "real_budget",

@@ -21,6 +21,7 @@ def register(sub) -> None:
         "--minutes", type=POSITIVE_FLOAT, help="training time (default: the config's)"
     )
     budget.add_argument("--iterations", type=POSITIVE_INT, help="PPO iterations instead of a time")
+    # flags of this command alone (the shared groups come from `options`)
     p.add_argument("--config", help="JSON file of AgentConfig fields (the rest: defaults)")
     p.add_argument("--surrogate", help="cost model folder, or 'analytic' (default: shipped)")
     p.add_argument(

@@ -50,7 +50,7 @@ def register(sub) -> None:
     )
     add_field_flags(
         p,
-        "mlirrl_jax.validation:ValidationConfig",
+        "mlirrl_jax.validation.config:ValidationConfig",
         FIELDS,
         types={"random_factor": POSITIVE_INT, "guided_samples": POSITIVE_INT},
         choices={"agent_start": list(module_constant("mlirrl_jax.agent.agent:STARTS"))},

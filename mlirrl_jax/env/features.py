@@ -21,7 +21,7 @@ from mlirrl_jax.env.state import (
 )
 
 # The version of the features below: bump it when any of them changes; a saved surrogate of
-# another version then refuses to load (`cost_model.api.READABLE_VERSIONS`)
+# another version then refuses to load (`mlirrl_jax.surrogate.api.READABLE_VERSIONS`)
 FEATURE_VERSION = 5
 
 # valid, reduction, log extent, window out/in, access, stride and its alignment per operand

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+# the grammar's names: the host replay and the jitted env (`jax_env`) speak the same actions
 from mlirrl_jax.actions import (
     DECOMPOSE,
     ENDS_OP,
@@ -77,6 +78,7 @@ class HostState:
         return cls(
             cursor=len(program.ops) - 1,
             phase=np.zeros(MAX_OPS, np.int32),
+            # every field of the initial state, on the host (`EnvState` of `state.initial_state` in JAX)
             n_tiles=np.zeros(MAX_OPS, np.int32),
             extents=extents,
             alive=alive,

@@ -77,6 +77,16 @@ def arrays_digest(arrays: list[np.ndarray]) -> str:
     return digest.hexdigest()
 
 
+def _identity(program_hash: str, seed: int, inputs: list, outputs: list) -> dict:
+    """What an entry must match to be read: its program, seed, and the digests of its arrays."""
+    return {
+        "program_hash": program_hash,
+        "seed": seed,
+        "inputs_digest": arrays_digest(inputs),
+        "outputs_digest": arrays_digest(outputs),
+    }
+
+
 class ReferenceCache:
     """Reference outputs on disk under `folder`, at most `max_bytes` of them in all."""
 
@@ -105,12 +115,7 @@ class ReferenceCache:
         except _DAMAGE:
             path.unlink(missing_ok=True)
             return None
-        expected = {
-            "program_hash": program_hash,
-            "seed": seed,
-            "inputs_digest": arrays_digest(inputs),
-            "outputs_digest": arrays_digest(outputs),
-        }
+        expected = _identity(program_hash, seed, inputs, outputs)
         if any(meta.get(key) != value for key, value in expected.items()):
             path.unlink(missing_ok=True)
             return None
@@ -127,10 +132,7 @@ class ReferenceCache:
         if size > self.max_bytes:
             return False
         meta = {
-            "program_hash": program_hash,
-            "seed": seed,
-            "inputs_digest": arrays_digest(inputs),
-            "outputs_digest": arrays_digest(outputs),
+            **_identity(program_hash, seed, inputs, outputs),
             "outputs": len(outputs),
         }
         arrays = {f"output{i}": output for i, output in enumerate(outputs)}

@@ -15,14 +15,11 @@ import contextlib
 import dataclasses
 import os
 import signal
-import subprocess
-import sys
-import tempfile
 import threading
 import time
-from multiprocessing.connection import Connection
 
 from mlirrl_jax.errors import ConfigError
+from mlirrl_jax.measure.child import Child
 from mlirrl_jax.measure.fingerprint import fingerprint
 from mlirrl_jax.measure.timing import Measurement, TimingMethod
 from mlirrl_jax.programs.ir import Program
@@ -48,70 +45,16 @@ TIMEOUT_ERRORS = {
 }
 
 
-class _Worker:
-    """One worker process and the pipes to it."""
-
-    def __init__(self, mem_limit_mb: int):
-        to_child_r, to_child_w = os.pipe()
-        from_child_r, from_child_w = os.pipe()
-        self.log = tempfile.NamedTemporaryFile(prefix="mlirrl-worker-", suffix=".log", delete=False)
-        env = dict(
-            os.environ,
-            OPENBLAS_NUM_THREADS="1",
-            OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
-        )
-        self.process = subprocess.Popen(
-            # the worker limits its own address space: no Python runs between fork and exec,
-            # which is unsafe in a multithreaded (JAX) parent
-            [
-                sys.executable,
-                "-m",
-                "mlirrl_jax.measure.worker",
-                str(to_child_r),
-                str(from_child_w),
-                str(mem_limit_mb),
-            ],
-            pass_fds=(to_child_r, from_child_w),
-            stdin=subprocess.DEVNULL,
-            stdout=self.log,
-            stderr=self.log,
-            env=env,
-            start_new_session=True,
-        )
-        os.close(to_child_r)
-        os.close(from_child_w)
-        self.send = Connection(to_child_w, readable=False)
-        self.receive = Connection(from_child_r, writable=False)
-
-    def log_tail(self, since: int) -> str:
-        with open(self.log.name, "rb") as f:
-            f.seek(since)
-            text = f.read().decode(errors="replace")
-        lines = [line for line in text.splitlines() if line.strip()]
-        return " | ".join(lines[-6:])[-1500:]
-
-    def log_size(self) -> int:
-        return os.path.getsize(self.log.name)
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            try:
-                os.killpg(self.process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self.process.wait()
-        for conn in (self.send, self.receive):
-            conn.close()
-        os.unlink(self.log.name)
-
-    def close(self) -> None:
-        if self.process.poll() is None:
-            try:
-                self.send.send(None)
-                self.process.wait(timeout=5)
-            except (OSError, subprocess.TimeoutExpired):
-                pass
-        self.kill()
+def _worker(mem_limit_mb: int) -> Child:
+    """A kernels' worker process (`mlirrl_jax.measure.worker`), limiting its own memory."""
+    env = dict(
+        os.environ,
+        OPENBLAS_NUM_THREADS="1",
+        OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
+    )
+    return Child(
+        lambda r, w: ["-m", "mlirrl_jax.measure.worker", str(r), str(w), str(mem_limit_mb)], env
+    )
 
 
 class Runner:
@@ -132,7 +75,7 @@ class Runner:
         # where the last measurement's reference came from ("memory", "disk" or "computed") and
         # the seconds it took; None if that measurement did not get as far
         self.last_reference: dict | None = None
-        self._worker: _Worker | None = None
+        self._worker: Child | None = None
         self.workers_started = 0
         self._lock = threading.Lock()  # abort() against a worker being started
         self._aborted = False
@@ -158,14 +101,14 @@ class Runner:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(worker.process.pid, signal.SIGKILL)
 
-    def _ensure_worker(self) -> _Worker:
+    def _ensure_worker(self) -> Child:
         with self._lock:
             if self._aborted:
                 raise RuntimeError("the runner was aborted")
             if self._worker is None or self._worker.process.poll() is not None:
                 if self._worker is not None:
                     self._worker.kill()
-                self._worker = _Worker(self.mem_limit_mb)
+                self._worker = _worker(self.mem_limit_mb)
                 self.workers_started += 1
             return self._worker
 
@@ -255,14 +198,10 @@ class Runner:
             return reply
         except (EOFError, BrokenPipeError, ConnectionResetError):
             pass  # the worker died: find out how below
-        try:
-            code = worker.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:  # closed its pipe but lingers: treat as a crash
-            code = -signal.SIGABRT
-        tail = worker.log_tail(log_start)
+        died = worker.death(log_start, self.mem_limit_mb)
         worker.kill()
         self._worker = None
-        return {**progress, **death_record(code, tail, self.mem_limit_mb)}
+        return {**progress, **died}
 
 
 def timeout_phase(record: Measurement) -> str | None:
@@ -273,15 +212,6 @@ def timeout_phase(record: Measurement) -> str | None:
         if record.error.startswith(error.split("{")[0]):
             return phase
     return None
-
-
-def death_record(code: int, tail: str, mem_limit_mb: int) -> dict:
-    """The failure record of a worker that died with `code`, its log tail saying why."""
-    reason = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
-    memory_words = ("out of memory", "MemoryError", "std::bad_alloc", "Cannot allocate memory")
-    if code == -signal.SIGKILL or any(w in tail for w in memory_words):
-        return {"status": "oom", "error": f"{reason} (memory limit {mem_limit_mb} MiB): {tail}"}
-    return {"status": "crash", "error": f"{reason}: {tail}" if tail else reason}
 
 
 _default_runner: Runner | None = None

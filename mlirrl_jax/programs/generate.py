@@ -8,449 +8,30 @@ filled tensor.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from mlirrl_jax.errors import ConfigError
-
-Shape = tuple[int, ...]
-
-# -inf as the f32 bit pattern, so the text round-trips exactly.
-NEG_INF = "0xFF800000"
-_F32_BYTES = 4
-
-
-def conv_out(size: int, kernel: int, stride: int, dilation: int) -> int:
-    """Output extent of a valid (unpadded) strided, dilated window over `size` elements."""
-    return (size - dilation * (kernel - 1) - 1) // stride + 1
-
-
-def _positive(spec: object, *values: int) -> None:
-    if any(v < 1 for v in values):
-        raise ConfigError(f"{spec!r}: every extent must be >= 1")
-
-
-def _windowed(spec: object, h: int, w: int, k: int, s: int, d: int) -> tuple[int, int]:
-    oh, ow = conv_out(h, k, s, d), conv_out(w, k, s, d)
-    if oh < 1 or ow < 1:
-        raise ConfigError(f"{spec!r}: the {k}x{k} window (dilation {d}) does not fit in {h}x{w}")
-    return oh, ow
-
-
-# ----------------------------------------------------------------------------- specs
-@dataclass(frozen=True)
-class MatmulSpec:
-    """C[m, n] = A[m, k] @ B[k, n]."""
-
-    m: int
-    n: int
-    k: int
-
-    def __post_init__(self) -> None:
-        _positive(self, self.m, self.n, self.k)
-
-    @property
-    def kind(self) -> str:
-        return "matmul"
-
-    @property
-    def name(self) -> str:
-        return f"matmul_m{self.m}_n{self.n}_k{self.k}"
-
-
-@dataclass(frozen=True)
-class BatchMatmulSpec:
-    """C[b, m, n] = A[b, m, k] @ B[b, k, n]."""
-
-    b: int
-    m: int
-    n: int
-    k: int
-
-    def __post_init__(self) -> None:
-        _positive(self, self.b, self.m, self.n, self.k)
-
-    @property
-    def kind(self) -> str:
-        return "batch_matmul"
-
-    @property
-    def name(self) -> str:
-        return f"batch_matmul_b{self.b}_m{self.m}_n{self.n}_k{self.k}"
-
-
-@dataclass(frozen=True)
-class Conv2dSpec:
-    """2-D convolution of an already padded input (h, w) with a k x k filter, c -> f channels."""
-
-    layout: str  # "nhwc" (linalg.conv_2d_nhwc_hwcf) or "nchw" (linalg.conv_2d_nchw_fchw)
-    n: int
-    h: int
-    w: int
-    c: int
-    f: int
-    k: int
-    stride: int = 1
-    dilation: int = 1
-
-    def __post_init__(self) -> None:
-        if self.layout not in ("nhwc", "nchw"):
-            raise ConfigError(f"{self!r}: layout must be 'nhwc' or 'nchw'")
-        _positive(self, self.n, self.h, self.w, self.c, self.f, self.k, self.stride, self.dilation)
-        _windowed(self, self.h, self.w, self.k, self.stride, self.dilation)
-
-    @property
-    def kind(self) -> str:
-        return f"conv2d_{self.layout}"
-
-    @property
-    def out_hw(self) -> tuple[int, int]:
-        return _windowed(self, self.h, self.w, self.k, self.stride, self.dilation)
-
-    @property
-    def name(self) -> str:
-        return (
-            f"conv2d_{self.layout}_n{self.n}_h{self.h}_w{self.w}_c{self.c}_f{self.f}"
-            f"_k{self.k}_s{self.stride}_d{self.dilation}"
-        )
-
-
-@dataclass(frozen=True)
-class DepthwiseSpec:
-    """Depthwise NHWC convolution (one k x k filter per channel) of an already padded input."""
-
-    n: int
-    h: int
-    w: int
-    c: int
-    k: int
-    stride: int = 1
-    dilation: int = 1
-
-    def __post_init__(self) -> None:
-        _positive(self, self.n, self.h, self.w, self.c, self.k, self.stride, self.dilation)
-        _windowed(self, self.h, self.w, self.k, self.stride, self.dilation)
-
-    @property
-    def kind(self) -> str:
-        return "depthwise"
-
-    @property
-    def out_hw(self) -> tuple[int, int]:
-        return _windowed(self, self.h, self.w, self.k, self.stride, self.dilation)
-
-    @property
-    def name(self) -> str:
-        return (
-            f"depthwise_n{self.n}_h{self.h}_w{self.w}_c{self.c}"
-            f"_k{self.k}_s{self.stride}_d{self.dilation}"
-        )
-
-
-@dataclass(frozen=True)
-class PoolSpec:
-    """Max / sum / average pooling with a k x k window over an already padded input, NHWC
-    (the default) or NCHW (`layout`; its programs' names end in `_nchw`)."""
-
-    op: str  # "max", "sum" or "avg"
-    n: int
-    h: int
-    w: int
-    c: int
-    k: int
-    stride: int = 1
-    dilation: int = 1
-    layout: str = "nhwc"
-
-    def __post_init__(self) -> None:
-        if self.op not in ("max", "sum", "avg"):
-            raise ConfigError(f"{self!r}: op must be 'max', 'sum' or 'avg'")
-        if self.layout not in ("nhwc", "nchw"):
-            raise ConfigError(f"{self!r}: layout must be 'nhwc' or 'nchw'")
-        _positive(self, self.n, self.h, self.w, self.c, self.k, self.stride, self.dilation)
-        _windowed(self, self.h, self.w, self.k, self.stride, self.dilation)
-
-    @property
-    def kind(self) -> str:
-        return f"pool_{self.op}"
-
-    @property
-    def out_hw(self) -> tuple[int, int]:
-        return _windowed(self, self.h, self.w, self.k, self.stride, self.dilation)
-
-    @property
-    def name(self) -> str:
-        return (
-            f"pool_{self.op}_n{self.n}_h{self.h}_w{self.w}_c{self.c}"
-            f"_k{self.k}_s{self.stride}_d{self.dilation}"
-            + ("_nchw" if self.layout == "nchw" else "")
-        )
-
-
-@dataclass(frozen=True)
-class ElementwiseSpec:
-    """An element-wise `linalg.generic`: add (two inputs), relu or gelu (tanh approximation)."""
-
-    op: str  # "add", "relu" or "gelu"
-    shape: Shape
-
-    def __post_init__(self) -> None:
-        if self.op not in ("add", "relu", "gelu"):
-            raise ConfigError(f"{self!r}: op must be 'add', 'relu' or 'gelu'")
-        if not self.shape:
-            raise ConfigError(f"{self!r}: shape must have at least one dimension")
-        _positive(self, *self.shape)
-
-    @property
-    def kind(self) -> str:
-        return self.op
-
-    @property
-    def name(self) -> str:
-        return f"{self.op}_{'x'.join(map(str, self.shape))}"
-
-
-SOFTMAX_PARTS = ("max", "exp", "sum", "div", "full")
-
-
-@dataclass(frozen=True)
-class SoftmaxSpec:
-    """Softmax over the last dim of (rows, cols): one piece (max, exp, sum, div) or the chain."""
-
-    part: str  # one of SOFTMAX_PARTS
-    rows: int
-    cols: int
-
-    def __post_init__(self) -> None:
-        if self.part not in SOFTMAX_PARTS:
-            raise ConfigError(f"{self!r}: part must be one of {SOFTMAX_PARTS}")
-        _positive(self, self.rows, self.cols)
-
-    @property
-    def kind(self) -> str:
-        return "softmax" if self.part == "full" else f"softmax_{self.part}"
-
-    @property
-    def name(self) -> str:
-        return f"{self.kind}_r{self.rows}_c{self.cols}"
-
-
-@dataclass(frozen=True)
-class MatmulBiasReluSpec:
-    """relu(A[m, k] @ B[k, n] + bias[n]): a matmul followed by a fusable generic."""
-
-    m: int
-    n: int
-    k: int
-
-    def __post_init__(self) -> None:
-        _positive(self, self.m, self.n, self.k)
-
-    @property
-    def kind(self) -> str:
-        return "matmul_bias_relu"
-
-    @property
-    def name(self) -> str:
-        return f"matmul_bias_relu_m{self.m}_n{self.n}_k{self.k}"
-
-
-@dataclass(frozen=True)
-class ConvBiasReluSpec:
-    """relu(conv_2d_nhwc_hwcf(I, W) + bias[f]) over an already padded input."""
-
-    n: int
-    h: int
-    w: int
-    c: int
-    f: int
-    k: int
-    stride: int = 1
-    dilation: int = 1
-
-    def __post_init__(self) -> None:
-        _positive(self, self.n, self.h, self.w, self.c, self.f, self.k, self.stride, self.dilation)
-        _windowed(self, self.h, self.w, self.k, self.stride, self.dilation)
-
-    @property
-    def kind(self) -> str:
-        return "conv_bias_relu"
-
-    @property
-    def out_hw(self) -> tuple[int, int]:
-        return _windowed(self, self.h, self.w, self.k, self.stride, self.dilation)
-
-    @property
-    def name(self) -> str:
-        return (
-            f"conv_bias_relu_n{self.n}_h{self.h}_w{self.w}_c{self.c}_f{self.f}"
-            f"_k{self.k}_s{self.stride}_d{self.dilation}"
-        )
-
-
-@dataclass(frozen=True)
-class _Pattern:
-    out: str
-    lhs: str
-    rhs: str
-    lattice: str  # the index letters whose extents the spec gives, in order
-    doc: str
-
-
-# Index letters: a, b, c colour (3); s, r, q spin (4); m direction mu (4); x, y, z, t lattice.
-_FIXED_EXTENTS = {"a": 3, "b": 3, "c": 3, "s": 4, "r": 4, "q": 4, "m": 4}
-
-LQCD_PATTERNS: dict[str, _Pattern] = {
-    "su3_mul": _Pattern(
-        "abxy", "acxym", "cbxym", "xy", "C[a,b,x,y] += U[a,c,x,y,mu] V[c,b,x,y,mu]"
-    ),
-    "su3_mul_4d": _Pattern(
-        "xyztab", "xyztmac", "xyztmcb", "xyzt", "staple sum over mu of SU(3) link products"
-    ),
-    "dslash_hop": _Pattern(
-        "xyztsa", "mxyztab", "mxyztsb", "xyzt", "hopping term: sum over mu of U_mu(x) psi(x)"
-    ),
-    "gamma_apply": _Pattern(
-        "xyzsa", "msr", "mxyzra", "xyz", "spin matrices gamma_mu applied to a 3-D spinor field"
-    ),
-    "meson_2pt": _Pattern("tsr", "xytsa", "xytra", "xyt", "two-point function summed over space"),
-    "spin_color_trace": _Pattern(
-        "xyzt", "xyztsra", "xyztrsa", "xyzt", "site-local spin-colour trace of two propagators"
-    ),
-    "prop_mul": _Pattern(
-        "xysrab", "xysqac", "xyqrcb", "xy", "spin-colour matrix product of two propagators"
-    ),
-}
-
-
-@dataclass(frozen=True)
-class ContractionSpec:
-    """A lattice-QCD style tensor contraction as one `linalg.generic` (5-8 loops)."""
-
-    pattern: str  # a key of LQCD_PATTERNS
-    lattice: Shape  # extents of the pattern's lattice indices, in order
-
-    def __post_init__(self) -> None:
-        pat = LQCD_PATTERNS.get(self.pattern)
-        if pat is None:
-            raise ConfigError(f"{self!r}: pattern must be one of {sorted(LQCD_PATTERNS)}")
-        if len(self.lattice) != len(pat.lattice):
-            raise ConfigError(f"{self!r}: pattern {self.pattern} needs {len(pat.lattice)} extents")
-        _positive(self, *self.lattice)
-
-    @property
-    def kind(self) -> str:
-        return "contraction"
-
-    @property
-    def name(self) -> str:
-        return f"lqcd_{self.pattern}_l{'x'.join(map(str, self.lattice))}"
-
-    @property
-    def extents(self) -> dict[str, int]:
-        pat = LQCD_PATTERNS[self.pattern]
-        return {**_FIXED_EXTENTS, **dict(zip(pat.lattice, self.lattice, strict=True))}
-
-    @property
-    def loops(self) -> tuple[str, ...]:
-        """Loop order: output (parallel) indices, then reduction indices by first use."""
-        pat = LQCD_PATTERNS[self.pattern]
-        red = [i for i in dict.fromkeys(pat.lhs + pat.rhs) if i not in pat.out]
-        return tuple(pat.out) + tuple(red)
-
-
-Spec = (
-    MatmulSpec
-    | BatchMatmulSpec
-    | Conv2dSpec
-    | DepthwiseSpec
-    | PoolSpec
-    | ElementwiseSpec
-    | SoftmaxSpec
-    | MatmulBiasReluSpec
-    | ConvBiasReluSpec
-    | ContractionSpec
+# the spec types it renders, re-exported: callers import specs and rendering from here
+from mlirrl_jax.programs.specs import (
+    LQCD_PATTERNS,
+    NEG_INF,
+    SOFTMAX_PARTS,
+    BatchMatmulSpec,
+    ContractionSpec,
+    Conv2dSpec,
+    ConvBiasReluSpec,
+    DepthwiseSpec,
+    ElementwiseSpec,
+    MatmulBiasReluSpec,
+    MatmulSpec,
+    PoolSpec,
+    Shape,
+    SoftmaxSpec,
+    Spec,
+    conv_out,
+    flops,
+    footprint_bytes,
+    operand_shapes,
 )
-
-
-# ----------------------------------------------------------------------------- arithmetic
-def _conv_macs(n: int, oh: int, ow: int, f: int, k: int, c: int) -> int:
-    return n * oh * ow * f * k * k * c
-
-
-def _operand_shapes(spec: Spec) -> tuple[list[Shape], Shape]:
-    """Argument shapes and result shape of the rendered function."""
-    if isinstance(spec, MatmulSpec):
-        return [(spec.m, spec.k), (spec.k, spec.n)], (spec.m, spec.n)
-    if isinstance(spec, MatmulBiasReluSpec):
-        return [(spec.m, spec.k), (spec.k, spec.n), (spec.n,)], (spec.m, spec.n)
-    if isinstance(spec, BatchMatmulSpec):
-        return [(spec.b, spec.m, spec.k), (spec.b, spec.k, spec.n)], (spec.b, spec.m, spec.n)
-    if isinstance(spec, Conv2dSpec) and spec.layout == "nchw":
-        n, c, f, k = spec.n, spec.c, spec.f, spec.k
-        return [(n, c, spec.h, spec.w), (f, c, k, k)], (n, f, *spec.out_hw)
-    if isinstance(spec, Conv2dSpec):
-        n, c, f, k = spec.n, spec.c, spec.f, spec.k
-        return [(n, spec.h, spec.w, c), (k, k, c, f)], (n, *spec.out_hw, f)
-    if isinstance(spec, ConvBiasReluSpec):
-        n, c, f, k = spec.n, spec.c, spec.f, spec.k
-        return [(n, spec.h, spec.w, c), (k, k, c, f), (f,)], (n, *spec.out_hw, f)
-    if isinstance(spec, DepthwiseSpec):
-        n, c, k = spec.n, spec.c, spec.k
-        return [(n, spec.h, spec.w, c), (k, k, c)], (n, *spec.out_hw, c)
-    if isinstance(spec, PoolSpec) and spec.layout == "nchw":
-        return [(spec.n, spec.c, spec.h, spec.w)], (spec.n, spec.c, *spec.out_hw)
-    if isinstance(spec, PoolSpec):
-        return [(spec.n, spec.h, spec.w, spec.c)], (spec.n, *spec.out_hw, spec.c)
-    if isinstance(spec, ElementwiseSpec):
-        return [spec.shape] * (2 if spec.op == "add" else 1), spec.shape
-    if isinstance(spec, SoftmaxSpec):
-        rc, r = (spec.rows, spec.cols), (spec.rows,)
-        args = {"max": [rc], "exp": [rc, r], "sum": [rc], "div": [rc, r], "full": [rc]}[spec.part]
-        return args, r if spec.part in ("max", "sum") else rc
-    if isinstance(spec, ContractionSpec):
-        pat, ext = LQCD_PATTERNS[spec.pattern], spec.extents
-        lhs, rhs, out = (tuple(ext[i] for i in idx) for idx in (pat.lhs, pat.rhs, pat.out))
-        return [lhs, rhs], out
-    raise TypeError(f"not a program spec: {spec!r}")
-
-
-def flops(spec: Spec) -> int:
-    """Floating-point operations of one run (2 per multiply-add, 1 per other scalar op)."""
-    if isinstance(spec, MatmulSpec):
-        return 2 * spec.m * spec.n * spec.k
-    if isinstance(spec, BatchMatmulSpec):
-        return 2 * spec.b * spec.m * spec.n * spec.k
-    if isinstance(spec, Conv2dSpec):
-        return 2 * _conv_macs(spec.n, *spec.out_hw, spec.f, spec.k, spec.c)
-    if isinstance(spec, ConvBiasReluSpec):
-        oh, ow = spec.out_hw
-        return (
-            2 * _conv_macs(spec.n, oh, ow, spec.f, spec.k, spec.c) + 2 * spec.n * oh * ow * spec.f
-        )
-    if isinstance(spec, DepthwiseSpec):
-        return 2 * _conv_macs(spec.n, *spec.out_hw, spec.c, spec.k, 1)
-    if isinstance(spec, PoolSpec):
-        outs = math.prod(_operand_shapes(spec)[1])
-        return outs * spec.k * spec.k + (outs if spec.op == "avg" else 0)
-    if isinstance(spec, ElementwiseSpec):
-        # gelu body: 8 mul/add ops plus tanh, counted as one
-        return math.prod(spec.shape) * {"add": 1, "relu": 1, "gelu": 9}[spec.op]
-    if isinstance(spec, SoftmaxSpec):
-        per = {"max": 1, "exp": 2, "sum": 1, "div": 1, "full": 5}[spec.part]
-        return spec.rows * spec.cols * per
-    if isinstance(spec, MatmulBiasReluSpec):
-        return 2 * spec.m * spec.n * spec.k + 2 * spec.m * spec.n
-    if isinstance(spec, ContractionSpec):
-        return 2 * math.prod(spec.extents[i] for i in spec.loops)
-    raise TypeError(f"not a program spec: {spec!r}")
-
-
-def footprint_bytes(spec: Spec) -> int:
-    """Bytes of the function's arguments and result (intermediates not counted)."""
-    args, res = _operand_shapes(spec)
-    return _F32_BYTES * sum(math.prod(s) for s in [*args, res])
 
 
 # ----------------------------------------------------------------------------- text helpers
@@ -536,7 +117,7 @@ _NEG_INF = f"%ninf = arith.constant {NEG_INF} : f32"
 # ----------------------------------------------------------------------------- renderers
 def render_matmul(spec: MatmulSpec) -> str:
     """`linalg.matmul` into a zero-filled accumulator."""
-    (a, b), c = _operand_shapes(spec)
+    (a, b), c = operand_shapes(spec)
     body = [_ZERO, *_filled("init", "zero", c)]
     body.append(_named("r", "linalg.matmul", [("A", a), ("B", b)], ("init", c)))
     return _func(spec.name, [("A", a), ("B", b)], body, "r", c)
@@ -544,7 +125,7 @@ def render_matmul(spec: MatmulSpec) -> str:
 
 def render_batch_matmul(spec: BatchMatmulSpec) -> str:
     """`linalg.batch_matmul` into a zero-filled accumulator."""
-    (a, b), c = _operand_shapes(spec)
+    (a, b), c = operand_shapes(spec)
     body = [_ZERO, *_filled("init", "zero", c)]
     body.append(_named("r", "linalg.batch_matmul", [("A", a), ("B", b)], ("init", c)))
     return _func(spec.name, [("A", a), ("B", b)], body, "r", c)
@@ -552,7 +133,7 @@ def render_batch_matmul(spec: BatchMatmulSpec) -> str:
 
 def render_conv2d(spec: Conv2dSpec) -> str:
     """`linalg.conv_2d_nhwc_hwcf` or `linalg.conv_2d_nchw_fchw` into a zero-filled output."""
-    (i, w), o = _operand_shapes(spec)
+    (i, w), o = operand_shapes(spec)
     op = "linalg.conv_2d_nhwc_hwcf" if spec.layout == "nhwc" else "linalg.conv_2d_nchw_fchw"
     body = [_ZERO, *_filled("init", "zero", o)]
     attrs = _window_attrs(spec.stride, spec.dilation)
@@ -562,7 +143,7 @@ def render_conv2d(spec: Conv2dSpec) -> str:
 
 def render_depthwise(spec: DepthwiseSpec) -> str:
     """`linalg.depthwise_conv_2d_nhwc_hwc` into a zero-filled output."""
-    (i, w), o = _operand_shapes(spec)
+    (i, w), o = operand_shapes(spec)
     body = [_ZERO, *_filled("init", "zero", o)]
     attrs = _window_attrs(spec.stride, spec.dilation)
     op = "linalg.depthwise_conv_2d_nhwc_hwc"
@@ -573,7 +154,7 @@ def render_depthwise(spec: DepthwiseSpec) -> str:
 def render_pool(spec: PoolSpec) -> str:
     """NHWC or NCHW pooling; avg is a sum pool followed by a generic dividing by the window
     size."""
-    (i,), o = _operand_shapes(spec)
+    (i,), o = operand_shapes(spec)
     layout = spec.layout
     win = (spec.k, spec.k)
     attrs = _window_attrs(spec.stride, spec.dilation)
@@ -628,7 +209,7 @@ _GELU_BODY = [
 
 def render_elementwise(spec: ElementwiseSpec) -> str:
     """An all-parallel `linalg.generic` writing into a fresh tensor."""
-    args, o = _operand_shapes(spec)
+    args, o = operand_shapes(spec)
     names = ["A", "B"] if spec.op == "add" else ["X"]
     dims, ident = _ids(len(o))
     body = [_ZERO] if spec.op == "relu" else []
@@ -647,6 +228,8 @@ _ROW, _ALL = "d0", "d0, d1"
 _PAR2, _RED2 = ["parallel", "parallel"], ["parallel", "reduction"]
 
 
+# The softmax parts below share one frame (a filled result, then a generic over rows and
+# columns), each with its own body: written out, as the MLIR they render.
 def _softmax_max(x: str, rc: Shape) -> list[str]:
     return [
         *_filled("mx0", "ninf", rc[:1]),
@@ -709,7 +292,7 @@ def _softmax_div(ex: str, sm: str, rc: Shape) -> list[str]:
 
 def render_softmax(spec: SoftmaxSpec) -> str:
     """One piece of a row softmax (max, exp(x - max), sum, divide) or the 4-generic chain."""
-    args, o = _operand_shapes(spec)
+    args, o = operand_shapes(spec)
     rc = (spec.rows, spec.cols)
     part = spec.part
     if part == "max":
@@ -746,7 +329,7 @@ def _bias_relu(res: str, x: str, bias: str, o: Shape) -> list[str]:
 
 def render_matmul_bias_relu(spec: MatmulBiasReluSpec) -> str:
     """`linalg.matmul`, then a generic adding a row-broadcast bias and applying relu."""
-    (a, b, bias), c = _operand_shapes(spec)
+    (a, b, bias), c = operand_shapes(spec)
     body = [_ZERO, *_filled("init", "zero", c)]
     body.append(_named("mm", "linalg.matmul", [("A", a), ("B", b)], ("init", c)))
     body += _bias_relu("r", "mm", "bias", c)
@@ -755,7 +338,7 @@ def render_matmul_bias_relu(spec: MatmulBiasReluSpec) -> str:
 
 def render_conv_bias_relu(spec: ConvBiasReluSpec) -> str:
     """`linalg.conv_2d_nhwc_hwcf`, then a generic adding a per-channel bias and applying relu."""
-    (i, w, bias), o = _operand_shapes(spec)
+    (i, w, bias), o = operand_shapes(spec)
     body = [_ZERO, *_filled("init", "zero", o)]
     attrs = _window_attrs(spec.stride, spec.dilation)
     body.append(_named("cv", "linalg.conv_2d_nhwc_hwcf", [("I", i), ("W", w)], ("init", o), attrs))
@@ -766,7 +349,7 @@ def render_conv_bias_relu(spec: ConvBiasReluSpec) -> str:
 def render_contraction(spec: ContractionSpec) -> str:
     """A multiply-accumulate `linalg.generic` over the pattern's loops into a zero-filled output."""
     pat = LQCD_PATTERNS[spec.pattern]
-    (lhs, rhs), o = _operand_shapes(spec)
+    (lhs, rhs), o = operand_shapes(spec)
     loops = spec.loops
     iters = ["parallel" if i in pat.out else "reduction" for i in loops]
     body = [_ZERO, *_filled("init", "zero", o)]
@@ -802,3 +385,37 @@ def render(spec: Spec) -> str:
     if fn is None:
         raise TypeError(f"not a program spec: {spec!r}")
     return fn(spec)
+
+
+__all__ = [
+    "BatchMatmulSpec",
+    "ContractionSpec",
+    "Conv2dSpec",
+    "ConvBiasReluSpec",
+    "DepthwiseSpec",
+    "ElementwiseSpec",
+    "LQCD_PATTERNS",
+    "MatmulBiasReluSpec",
+    "MatmulSpec",
+    "NEG_INF",
+    "PoolSpec",
+    "SOFTMAX_PARTS",
+    "Shape",
+    "SoftmaxSpec",
+    "Spec",
+    "conv_out",
+    "flops",
+    "footprint_bytes",
+    "operand_shapes",
+    "render",
+    "render_batch_matmul",
+    "render_contraction",
+    "render_conv2d",
+    "render_conv_bias_relu",
+    "render_depthwise",
+    "render_elementwise",
+    "render_matmul",
+    "render_matmul_bias_relu",
+    "render_pool",
+    "render_softmax",
+]

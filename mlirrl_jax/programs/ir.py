@@ -13,12 +13,22 @@ import os
 import re
 import threading
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlir import ir, passmanager
 
-from mlirrl_jax.errors import Error
+from mlirrl_jax.programs.bodies import arith_class, classify_op, extract_body, scalar_constant
+
+# the types, re-exported: callers import them with the parser from here
+from mlirrl_jax.programs.program import (
+    BodyOp,
+    LinalgOp,
+    Loop,
+    Operand,
+    Program,
+    ProgramError,
+    TensorType,
+)
 
 KERNEL_NAME = "kernel"
 OP_ID_ATTR = "mlirrl.op_id"
@@ -39,182 +49,6 @@ _UNSCHEDULABLE = {
     "linalg.unpack",
 }
 _ELEMENT_TYPES = {"f32", "f64", "f16", "bf16", "i8", "i16", "i32", "i64"}
-
-
-class ProgramError(Error, ValueError):
-    """Input the project cannot turn into a schedulable program; the message names why."""
-
-
-@dataclass(frozen=True)
-class Loop:
-    """One loop of an op's iteration space."""
-
-    extent: int
-    iterator: str  # "parallel" | "reduction"
-
-
-@dataclass(frozen=True)
-class Operand:
-    """One operand of a Linalg op and how the loops index it.
-
-    `access` is the (rank, n_loops) coefficient matrix and `offset` the (rank,) constant of the
-    affine indexing map: index[j] = sum_l access[j][l] * iv[l] + offset[j].
-    `source` says where the value comes from: ("arg", k) a kernel input, ("op", (op_id, result)),
-    ("empty", None) an uninitialised tensor, ("scalar", value) a scalar constant (fill values).
-    """
-
-    shape: tuple[int, ...]
-    element_type: str
-    access: tuple[tuple[int, ...], ...]
-    offset: tuple[int, ...]
-    is_output: bool
-    source: tuple
-
-
-@dataclass(frozen=True)
-class BodyOp:
-    """One scalar op of an op's body, in SSA order.
-
-    Values are numbered: 0..n_operands-1 are the block arguments (inputs then outputs), then one
-    number per body op result in order. `attrs` holds what the op needs to be evaluated
-    (a constant's value, a comparison predicate, a `linalg.index` dimension).
-    """
-
-    name: str
-    operands: tuple[int, ...]
-    result_type: str
-    attrs: tuple[tuple[str, object], ...] = ()
-
-
-@dataclass
-class LinalgOp:
-    """A Linalg op of a program, in its generic form."""
-
-    id: int
-    name: str  # the op as written, e.g. "linalg.conv_2d_nhwc_hwcf"
-    kind: str  # matmul, batch_matmul, conv2d, depthwise_conv, pooling, fill, elementwise, ...
-    loops: list[Loop]
-    operands: list[Operand]
-    body: list[BodyOp]
-    yields: tuple[int, ...]
-    arith_counts: dict[str, int]
-
-    @property
-    def n_loops(self) -> int:
-        return len(self.loops)
-
-    @property
-    def extents(self) -> tuple[int, ...]:
-        return tuple(loop.extent for loop in self.loops)
-
-    @property
-    def inputs(self) -> list[Operand]:
-        return [o for o in self.operands if not o.is_output]
-
-    @property
-    def outputs(self) -> list[Operand]:
-        return [o for o in self.operands if o.is_output]
-
-    @property
-    def reduction_size(self) -> int:
-        size = 1
-        for loop in self.loops:
-            if loop.iterator == "reduction":
-                size *= loop.extent
-        return size
-
-    @property
-    def flops(self) -> int:
-        """Arithmetic ops of the body times the iteration count (a fill counts as 0)."""
-        points = 1
-        for loop in self.loops:
-            points *= loop.extent
-        return points * sum(self.arith_counts.values())
-
-
-@dataclass(frozen=True)
-class TensorType:
-    shape: tuple[int, ...]
-    element_type: str
-
-
-@dataclass
-class Program:
-    """A kernel of Linalg ops, ready to schedule, compile and evaluate."""
-
-    name: str
-    mlir: str  # normalized module: `@kernel` on memrefs (inputs, then outputs), ops tagged
-    inputs: list[TensorType]
-    outputs: list[TensorType]
-    ops: list[LinalgOp]
-    edges: list[tuple[int, int, int]]  # (producer op id, consumer op id, consumer operand index)
-    returns: list[tuple]  # per kernel output: ("op", (op_id, result)) or ("arg", k)
-    hash: str = field(default="")
-
-    def producers(self, op_id: int) -> list[int]:
-        return sorted({p for p, c, _ in self.edges if c == op_id})
-
-    def consumers(self, op_id: int) -> list[int]:
-        return sorted({c for p, c, _ in self.edges if p == op_id})
-
-    @property
-    def flops(self) -> int:
-        return sum(op.flops for op in self.ops)
-
-    def fusion_loop_map(self, op_id: int) -> list[int] | None:
-        """If `op_id` can be fused into its consumer's tiled loop: per op loop, the consumer loop
-        that tiles it (-1: not tiled by the consumer); else None.
-
-        Fusable means one consumer, a result not returned from the kernel, each output dimension
-        indexed by one loop, and the consumer reading it through a projected permutation of its
-        parallel loops (so a consumer tile maps to a producer tile of the same sizes).
-        """
-        consumers = self.consumers(op_id)
-        if len(consumers) != 1 or any(r == ("op", (op_id, 0)) for r in self.returns):
-            return None
-        producer, consumer = self.ops[op_id], self.ops[consumers[0]]
-        if len(producer.outputs) != 1:
-            return None
-        reads = [i for p, c, i in self.edges if p == op_id and c == consumer.id]
-        loop_map = [-1] * producer.n_loops
-        for index in reads:
-            operand = consumer.operands[index]
-            if any(operand.offset):
-                return None
-            for row, out_row in zip(operand.access, producer.outputs[0].access):
-                mine = [j for j, c in enumerate(out_row) if c]
-                theirs = [j for j, c in enumerate(row) if c]
-                if len(mine) != 1 or len(theirs) != 1 or row[theirs[0]] != 1:
-                    return None
-                if consumer.loops[theirs[0]].iterator != "parallel":
-                    return None
-                if loop_map[mine[0]] not in (-1, theirs[0]):
-                    return None
-                loop_map[mine[0]] = theirs[0]
-        return loop_map
-
-    def fusion_closure(self, op_id: int) -> list[int]:
-        """The producers a tiled fusion of `op_id` pulls into its loop, nearest first."""
-        closure, frontier = [], [op_id]
-        while frontier:
-            current = frontier.pop(0)
-            for producer in self.producers(current):
-                if self.fusion_loop_map(producer) is not None and producer not in closure:
-                    closure.append(producer)
-                    frontier.append(producer)
-        return closure
-
-    def describe(self) -> str:
-        """A short human-readable summary, one line per op."""
-        lines = [f"program {self.name} ({self.hash[:12]}): {len(self.ops)} ops"]
-        for op in self.ops:
-            loops = " ".join(
-                f"{lp.extent}{'r' if lp.iterator == 'reduction' else ''}" for lp in op.loops
-            )
-            lines.append(
-                f"  op{op.id} {op.name} [{op.kind}] loops {loops} <- {self.producers(op.id)}"
-            )
-        return "\n".join(lines)
 
 
 def load_program(source: str | os.PathLike, name: str | None = None) -> Program:
@@ -452,24 +286,8 @@ def _value_source(value: ir.Value, n_inputs: int) -> tuple:
     if op.name == "tensor.empty":
         return ("empty", None)
     if op.name == "arith.constant":
-        return ("scalar", _scalar_constant(op))
+        return ("scalar", scalar_constant(op))
     raise ProgramError(f"value produced by {op.name} is not supported as a Linalg operand")
-
-
-def _scalar_constant(op) -> float | int:
-    attr = op.attributes["value"]
-    if isinstance(attr, ir.FloatAttr):
-        return ir.FloatAttr(attr).value
-    if isinstance(attr, ir.IntegerAttr):
-        return ir.IntegerAttr(attr).value
-    if isinstance(attr, ir.DenseElementsAttr) and ir.DenseElementsAttr(attr).is_splat:
-        splat = ir.DenseElementsAttr(attr).get_splat_value()
-        return (
-            ir.FloatAttr(splat).value
-            if isinstance(splat, ir.FloatAttr)
-            else ir.IntegerAttr(splat).value
-        )
-    raise ProgramError(f"constant {attr} is not a scalar")
 
 
 def _affine_linear(expr, n_dims: int) -> tuple[list[int], int]:
@@ -542,10 +360,10 @@ def _extract_op(op_id: int, named, generic, inputs, name: str):
         )
     extents = _loop_extents(operands, n_loops, where)
     loops = [Loop(e, it) for e, it in zip(extents, iterators)]
-    body, yields = _extract_body(generic, where)
-    counts = Counter(_arith_class(b.name) for b in body)
+    body, yields = extract_body(generic, where)
+    counts = Counter(arith_class(b.name) for b in body)
     counts.pop(None, None)
-    kind = _classify(op_name, loops, counts)
+    kind = classify_op(op_name, loops, counts)
     for operand in operands:
         if operand.is_output and operand.source[0] == "empty" and "reduction" in iterators:
             raise ProgramError(f"{where}: reduces into an uninitialised tensor.empty")
@@ -566,116 +384,24 @@ def _loop_extents(operands: list[Operand], n_loops: int, where: str) -> list[int
     return [int(e) for e in extents]
 
 
-_ARITH_CLASSES = {
-    "arith.addf": "add",
-    "arith.addi": "add",
-    "arith.subf": "sub",
-    "arith.subi": "sub",
-    "arith.mulf": "mul",
-    "arith.muli": "mul",
-    "arith.divf": "div",
-    "arith.divsi": "div",
-    "arith.divui": "div",
-    "math.exp": "exp",
-    "arith.maximumf": "max",
-    "arith.minimumf": "max",
-    "arith.maxnumf": "max",
-    "arith.minnumf": "max",
-    "arith.maxsi": "max",
-    "arith.minsi": "max",
-}
-
-
-def _arith_class(op_name: str) -> str | None:
-    if op_name in _ARITH_CLASSES:
-        return _ARITH_CLASSES[op_name]
-    if op_name.startswith("math."):
-        return "math"
-    if op_name in ("arith.constant", "linalg.index") or op_name.startswith("arith.index"):
-        return None
-    if op_name.startswith("arith."):
-        return "other"
-    return None
-
-
-def _extract_body(generic, where: str) -> tuple[list[BodyOp], tuple[int, ...]]:
-    block = generic.regions[0].blocks[0]
-    numbers: dict = {}
-    for i, arg in enumerate(block.arguments):
-        numbers[arg] = i
-    body: list[BodyOp] = []
-    next_number = len(block.arguments)
-
-    def number_of(value) -> int:
-        if value in numbers:
-            return numbers[value]
-        owner = value.owner
-        if not isinstance(owner, ir.Block) and owner.operation.name == "arith.constant":
-            return add_constant(owner)
-        raise ProgramError(f"{where}: body uses a value defined outside it ({value})")
-
-    def add_constant(owner) -> int:
-        nonlocal next_number
-        body.append(
-            BodyOp(
-                "arith.constant", (), str(owner.result.type), (("value", _scalar_constant(owner)),)
-            )
-        )
-        numbers[owner.result] = next_number
-        next_number += 1
-        return next_number - 1
-
-    yields: tuple[int, ...] = ()
-    for op in block.operations:
-        name = op.operation.name
-        if name == "linalg.yield":
-            yields = tuple(number_of(v) for v in op.operands)
-            continue
-        if name == "arith.constant":
-            add_constant(op)
-            continue
-        if len(op.results) != 1 or op.operation.regions:
-            raise ProgramError(f"{where}: body op {name} is not supported")
-        attrs: list[tuple[str, object]] = []
-        if name == "linalg.index":
-            attrs.append(("dim", ir.IntegerAttr(op.attributes["dim"]).value))
-        if name in ("arith.cmpf", "arith.cmpi"):
-            attrs.append(("predicate", ir.IntegerAttr(op.attributes["predicate"]).value))
-        body.append(
-            BodyOp(
-                name, tuple(number_of(v) for v in op.operands), str(op.result.type), tuple(attrs)
-            )
-        )
-        numbers[op.result] = next_number
-        next_number += 1
-    return body, yields
-
-
-def _classify(op_name: str, loops: list[Loop], counts: Counter) -> str:
-    short = op_name.removeprefix("linalg.")
-    if short == "fill":
-        return "fill"
-    if short.startswith("batch_matmul"):
-        return "batch_matmul"
-    if short.startswith("matmul"):
-        return "matmul"
-    if short.startswith("depthwise_conv"):
-        return "depthwise_conv"
-    if short.startswith("conv"):
-        return "conv"
-    if short.startswith("pooling"):
-        return "pooling"
-    has_reduction = any(lp.iterator == "reduction" for lp in loops)
-    if not has_reduction:
-        return "elementwise"
-    if counts.get("mul") and counts.get("add"):
-        return "contraction"
-    return "reduction"
-
-
 def _kernel_returns(kernel: ir.Module, n_inputs: int) -> list[tuple]:
     returns = []
     for op in _top_level_ops(_kernel_func(kernel)):
         if op.operation.name == "bufferization.materialize_in_destination":
             returns.append(_value_source(op.operands[0], n_inputs))
     return returns
+
+
+__all__ = [
+    "KERNEL_NAME",
+    "OP_ID_ATTR",
+    "BodyOp",
+    "LinalgOp",
+    "Loop",
+    "Operand",
+    "Program",
+    "ProgramError",
+    "TensorType",
+    "load_program",
+    "parse_program",
+]

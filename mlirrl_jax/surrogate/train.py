@@ -17,11 +17,11 @@ import numpy as np
 import optax
 from flax import nnx
 
-from cost_model.dataset import Dataset, map_in_chunks, random_states
-from cost_model.model import ModelConfig, apply, build
-from cost_model.teacher import fit_tree_teacher
 from mlirrl_jax.env.state import slot_sizes
 from mlirrl_jax.errors import ConfigError
+from mlirrl_jax.surrogate.dataset import Dataset, map_in_chunks, random_states
+from mlirrl_jax.surrogate.model import ModelConfig, apply, build
+from mlirrl_jax.surrogate.teacher import fit_tree_teacher
 from mlirrl_jax.util.progress import progress_bar
 
 STEPS_PER_CALL = 50  # training steps per jitted call (a scan): fewer dispatches and copies
@@ -60,7 +60,7 @@ class TrainConfig:
     # distillation: a teacher is fitted first, then `model` (the network shipped) on the
     # training rows plus `distill_states` random states of the training programs labeled by the
     # teacher, for `distill_epochs` passes. Teachers: "trees" (gradient-boosted trees,
-    # `cost_model.teacher`), "networks" (an ensemble of `teacher_members` networks), "none"
+    # `mlirrl_jax.surrogate.teacher`), "networks" (an ensemble of `teacher_members` networks), "none"
     teacher: str = "trees"
     teacher_rounds: int = 500  # trees boosted (1,000 labeled no better in a probe)
     teacher_leaves: int = 127  # leaves per tree

@@ -11,13 +11,13 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from cost_model.api import AnalyticModel, CostModel, predict_dataset
-from cost_model.dataset import Dataset, load_dataset, programs_in_split
-from cost_model.metrics import evaluate
-from cost_model.train import TrainConfig
 from mlirrl_jax.records import FitResult, HeldOutScores
 from mlirrl_jax.splits import SPLITS_VERSION, SURROGATE_VALIDATION, TEST, TRAIN, suite_of
 from mlirrl_jax.store import MeasurementStore
+from mlirrl_jax.surrogate.api import AnalyticModel, CostModel, predict_dataset
+from mlirrl_jax.surrogate.dataset import Dataset, load_dataset, programs_in_split
+from mlirrl_jax.surrogate.metrics import evaluate
+from mlirrl_jax.surrogate.train import TrainConfig
 from mlirrl_jax.util.plots import pyplot, save_figure
 
 log = logging.getLogger(__name__)

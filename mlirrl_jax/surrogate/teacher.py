@@ -13,8 +13,8 @@ import os
 
 import numpy as np
 
-from cost_model.dataset import Dataset
 from mlirrl_jax.env.features import Features
+from mlirrl_jax.surrogate.dataset import Dataset
 from mlirrl_jax.util.progress import progress_bar
 
 

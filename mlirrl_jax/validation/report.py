@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mlirrl_jax.records import ValidationRow
 from mlirrl_jax.util.plots import pyplot, save_figure
 from mlirrl_jax.util.stats import geomean
 
@@ -45,13 +46,10 @@ LABELS = {
 }
 
 
-def speedups(row: dict) -> dict[str, float | None]:
+def speedups(row: ValidationRow) -> dict[str, float | None]:
     """Each method's speedup over the unscheduled program in one row."""
-    base = row["methods"]["unscheduled"]["ms"]
-    return {
-        name: (base / m["ms"] if base and m.get("ms") else None)
-        for name, m in row["methods"].items()
-    }
+    base = row.methods["unscheduled"].ms
+    return {name: (base / m.ms if base and m.ms else None) for name, m in row.methods.items()}
 
 
 # what a user could have had otherwise
@@ -78,37 +76,37 @@ def budget_to_match(trials_ms: list, target_ms: float) -> int | None:
     return None
 
 
-def sample_efficiency(rows: list[dict], threads) -> dict:
+def sample_efficiency(rows: list[ValidationRow], threads) -> dict:
     """Per thread count and search (`TRIAL_METHODS`, where the rows have its trials): the
     budget it needed on each program to equal the agent's top-k, how many programs it
     matched within its budget, the median budget (programs never matched count as beyond
     it), and the curve of its geomean best-of-n speedup with the agent's level."""
     out: dict = {}
     for t in threads:
-        group = [r for r in rows if r["threads"] == t]
+        group = [r for r in rows if r.threads == t]
         entry: dict = {}
         for name in TRIAL_METHODS:
             have = [
                 r
                 for r in group
-                if r["methods"].get(name, {}).get("trials_ms")
-                and r["methods"]["agent_topk"]["ms"]
-                and r["methods"]["unscheduled"]["ms"]
+                if name in r.methods
+                and r.methods[name].trials_ms
+                and r.methods["agent_topk"].ms
+                and r.methods["unscheduled"].ms
             ]
             if not have:
                 continue
-            budget = min(len(r["methods"][name]["trials_ms"]) for r in have)
+            budget = min(len(r.methods[name].trials_ms) for r in have)
             needed = [
-                budget_to_match(r["methods"][name]["trials_ms"], r["methods"]["agent_topk"]["ms"])
-                for r in have
+                budget_to_match(r.methods[name].trials_ms, r.methods["agent_topk"].ms) for r in have
             ]
             ranked = sorted(n if n is not None else budget + 1 for n in needed)
             curve = []
             for n in range(1, budget + 1):
                 best = [
-                    r["methods"]["unscheduled"]["ms"] / b
+                    r.methods["unscheduled"].ms / b
                     for r in have
-                    if (b := running_best(r["methods"][name]["trials_ms"])[n - 1])
+                    if (b := running_best(r.methods[name].trials_ms)[n - 1])
                 ]
                 curve.append(geomean(best) if len(best) == len(have) else None)
             entry[name] = {
@@ -116,13 +114,10 @@ def sample_efficiency(rows: list[dict], threads) -> dict:
                 "budget": budget,
                 "matched": sum(n is not None for n in needed),
                 "median_budget_to_match": ranked[len(ranked) // 2],
-                "budget_to_match": {r["program"]: n for r, n in zip(have, needed, strict=True)},
+                "budget_to_match": {r.program: n for r, n in zip(have, needed, strict=True)},
                 "curve": curve,
                 "agent_topk": geomean(
-                    [
-                        r["methods"]["unscheduled"]["ms"] / r["methods"]["agent_topk"]["ms"]
-                        for r in have
-                    ]
+                    [r.methods["unscheduled"].ms / r.methods["agent_topk"].ms for r in have]
                 ),
             }
         if entry:
@@ -182,20 +177,20 @@ def save_sample_efficiency_plot(efficiency: dict, folder: Path) -> Path | None:
     return save_figure(fig, folder / "validation_sample_efficiency.png")
 
 
-def save_validation_plots(rows: list[dict], folder: Path) -> list[Path]:
+def save_validation_plots(rows: list[ValidationRow], folder: Path) -> list[Path]:
     """Speedup per program per method, the CDF of the agent's speedup over the best baseline,
     and predicted against real speedup of the agent's and the guided search's schedules."""
     plt = pyplot()
 
     written = []
-    thread_counts = sorted({r["threads"] for r in rows})
+    thread_counts = sorted({r.threads for r in rows})
     if not rows:
         return written
     fig, axes = plt.subplots(
         1, len(thread_counts), figsize=(7 * len(thread_counts), 4.5), squeeze=False
     )
     for ax, threads in zip(axes[0], thread_counts, strict=True):
-        group = [r for r in rows if r["threads"] == threads]
+        group = [r for r in rows if r.threads == threads]
         per = [speedups(r) for r in group]
         order = np.argsort([s.get("heuristic") or 0 for s in per])
         for name, marker in (
@@ -217,12 +212,13 @@ def save_validation_plots(rows: list[dict], folder: Path) -> list[Path]:
     fig.tight_layout()
     written.append(save_figure(fig, folder / "validation_speedups.png"))
 
+    # each plot below draws its own figure: the matplotlib calls alike, the data each its own
     fig, ax = plt.subplots(figsize=(6, 4.5))
     for threads in thread_counts:
         for name in ("agent_topk", "agent_greedy"):
             ratios = []
             for r in rows:
-                if r["threads"] != threads:
+                if r.threads != threads:
                     continue
                 s = speedups(r)
                 best = max((s[b] for b in BASELINES if s.get(b)), default=None)
@@ -249,7 +245,7 @@ def save_validation_plots(rows: list[dict], folder: Path) -> list[Path]:
     for r in rows:
         s = speedups(r)
         for name, marker in (("agent_topk", "o"), ("surrogate_topk", "^"), ("heuristic", "s")):
-            predicted = r["methods"].get(name, {}).get("predicted")
+            predicted = r.methods[name].predicted if name in r.methods else None
             if predicted and s.get(name):
                 points.append((s[name], predicted, name, marker))
     for name, marker in (("agent_topk", "o"), ("surrogate_topk", "^"), ("heuristic", "s")):
@@ -269,7 +265,7 @@ def save_validation_plots(rows: list[dict], folder: Path) -> list[Path]:
     ax.legend(fontsize=8)
     fig.tight_layout()
     written.append(save_figure(fig, folder / "validation_predicted.png"))
-    efficiency = sample_efficiency(rows, sorted({r["threads"] for r in rows}))
+    efficiency = sample_efficiency(rows, sorted({r.threads for r in rows}))
     plotted = save_sample_efficiency_plot(efficiency, folder)
     if plotted:
         written.append(plotted)

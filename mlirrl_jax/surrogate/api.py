@@ -25,16 +25,6 @@ import numpy as np
 import orbax.checkpoint as ocp
 from flax import nnx
 
-from cost_model.dataset import Dataset, map_in_chunks
-from cost_model.model import (
-    ModelConfig,
-    apply,
-    apply_members,
-    apply_members_with_static,
-    build,
-    static_embeddings,
-)
-from cost_model.train import TrainConfig, fit
 from mlirrl_jax import integrity
 from mlirrl_jax.env.features import (
     FEATURE_VERSION,
@@ -47,6 +37,16 @@ from mlirrl_jax.env.reward import AnalyticLogTime
 from mlirrl_jax.env.state import EnvState, ProgramTable, slot_sizes, trim_ops, trim_table
 from mlirrl_jax.errors import ConfigError
 from mlirrl_jax.host_devices import on_each_device
+from mlirrl_jax.surrogate.dataset import Dataset, map_in_chunks
+from mlirrl_jax.surrogate.model import (
+    ModelConfig,
+    apply,
+    apply_members,
+    apply_members_with_static,
+    build,
+    static_embeddings,
+)
+from mlirrl_jax.surrogate.train import TrainConfig, fit
 
 # older feature versions a checkpoint may carry, and the network settings that read them:
 # version 4 is version 5 less the machine's columns

@@ -1,0 +1,58 @@
+"""The final validation: the trained agent's schedules, run for real on this machine, against
+what the user could have had otherwise, every method measured in the same run, the same way,
+every output verified.
+
+Per program and thread count the methods are
+
+- `unscheduled`: the program as written (measured once, at one thread: the reference of every
+  speedup in the run);
+- `heuristic`: the heuristic schedule for the thread count;
+- `agent_greedy`: the agent's most likely schedule, chosen with no real measurement;
+- `agent_topk`: the agent's k proposals, all measured, the best kept (k real measurements).
+  By default (`agent_start="known"`) they start from what is known: the heuristic's
+  schedule, the surrogate's best refinements of it and the agent's own best schedules, about
+  half each (`Agent.proposals`);
+- `agent_scratch_topk` (beside a "known" start): the agent's own k best distinct schedules by
+  the surrogate alone, what it proposes from scratch;
+- `random_k` and `random_8k`: random search over the action space with the same k, and with
+  8k, real measurements (draws as collection makes them, half uniform, half biased toward
+  deeper schedules; the k are the first k of the 8k);
+- `surrogate_topk`: search guided by the surrogate without the agent: `guided_samples` random
+  schedules ranked by the surrogate, its top k measured;
+- `evolutionary` (with `evolutionary_budget` > 0): the surrogate-guided evolutionary search a
+  user would pick instead of an agent (`mlirrl_jax.search`), with its own budget of real
+  measurements, its surrogate fine-tuned between batches;
+- `xla`: XLA:CPU through `jax.jit` on the same computation and thread count, output buffer
+  donated and reused (`mlirrl_jax.measure.baselines`);
+- `numpy`: NumPy's matmul with BLAS on the same threads (matmuls only).
+
+Every schedule is chosen first (JAX work), then every measurement runs in one worker, one at a
+time, so no JAX work shares the cores with a timed kernel. Results are appended per (program,
+thread count) to `validation.jsonl` as they come: a killed validation run again with the same
+folder goes on where it stopped. The report is `validation.md` and `validation.json` beside
+it, the plots `validation_speedups.png`, `validation_cdf.png`, `validation_predicted.png`,
+and every measured method's best schedule is saved under `validation/schedules/`, replayable
+with the `mlirrl-jax measure` command the report prints. Every file but the appended
+`validation.jsonl` is written whole or not at all; a line of it cut short (a kill, a full
+disk) is cut off before the next run appends to it.
+"""
+
+from mlirrl_jax.validation.config import MATMUL_KINDS, SEARCHES, ValidationConfig, ValidationError
+from mlirrl_jax.validation.job import Validation
+from mlirrl_jax.validation.plan import Plan, plan
+from mlirrl_jax.validation.summary import summarize
+from mlirrl_jax.validation.tables import agents_line, format_validation, save_schedules
+
+__all__ = [
+    "MATMUL_KINDS",
+    "SEARCHES",
+    "Plan",
+    "Validation",
+    "ValidationConfig",
+    "ValidationError",
+    "agents_line",
+    "format_validation",
+    "plan",
+    "save_schedules",
+    "summarize",
+]

@@ -1,0 +1,63 @@
+"""The validation's settings (`ValidationConfig`) and the searches it compares the agent with."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from mlirrl_jax.agent.agent import STARTS
+from mlirrl_jax.errors import Error
+from mlirrl_jax.measure.runner import DEFAULT_MEM_LIMIT_MB
+
+log = logging.getLogger(__name__)
+
+
+SEARCHES = ("heuristic", "random_8k", "evolutionary")  # the agent's rivals on this machine's code
+MATMUL_KINDS = ("matmul", "batch_matmul")
+
+
+class ValidationError(Error, ValueError):
+    """Bad validation input (a setting, a program beyond the environment's limits)."""
+
+
+@dataclass(frozen=True)
+class ValidationConfig:
+    threads: tuple[int, ...] = (1, 2)
+    budget: int = 8  # k: the agent's and the guided search's measured schedules per program
+    random_factor: int = 8  # the larger random search: random_factor * k measurements
+    guided_samples: int = 256  # random schedules the surrogate ranks for `surrogate_topk`
+    evolutionary_budget: int = 0  # real measurements of the evolutionary search (0: not run)
+    # the agent's top-k: "known" (the heuristic's schedule, refinements of it and the agent's
+    # own, with the agent's own alone measured beside it as `agent_scratch_topk`) or "scratch"
+    agent_start: str = "known"
+    xla: bool = True  # XLA:CPU (jax.jit of the program) measured too
+    numpy: bool = True  # NumPy/BLAS measured too, where it has the op
+    seed: int = 0
+    timeout_s: float = 60.0
+    mem_limit_mb: int = DEFAULT_MEM_LIMIT_MB
+    store: str | None = None  # also put every kernel measurement in this store
+
+    def __post_init__(self):
+        if not self.threads or any(int(t) != t or t < 1 for t in self.threads):
+            raise ValidationError(f"threads must be whole numbers >= 1, got {self.threads}")
+        if len(set(self.threads)) != len(self.threads):
+            raise ValidationError(f"threads repeat: {self.threads}")
+        if self.budget < 1:
+            raise ValidationError(f"budget must be at least 1, got {self.budget}")
+        if self.random_factor < 1:
+            raise ValidationError(f"random_factor must be at least 1, got {self.random_factor}")
+        if self.guided_samples < self.budget:
+            raise ValidationError(
+                f"guided_samples ({self.guided_samples}) must be at least the budget "
+                f"({self.budget})"
+            )
+        if self.timeout_s <= 0:
+            raise ValidationError(f"timeout_s must be positive, got {self.timeout_s}")
+        if self.agent_start not in STARTS:
+            raise ValidationError(
+                f"agent_start {self.agent_start!r}: expected one of {', '.join(STARTS)}"
+            )
+        if self.evolutionary_budget < 0:
+            raise ValidationError(
+                f"evolutionary_budget must be at least 0, got {self.evolutionary_budget}"
+            )
