@@ -1,6 +1,7 @@
 """Typed records of the jobs' results, each with `to_json` / `from_json`: what `optimize`
 writes as `summary.json` (`OptimizeSummary`), what a surrogate's fit reports (`FitResult`),
-and the validation's rows (`ValidationRow`, one `MethodResult` per method). Reading a file written before a field existed leaves it at its default;
+the validation's rows (`ValidationRow`, one `MethodResult` per method) and the
+re-grounding rounds (`RoundRow`). Reading a file written before a field existed leaves it at its default;
 a field this code does not know is refused, naming it."""
 
 from __future__ import annotations
@@ -133,3 +134,49 @@ class ValidationRow(Record):
     machine_id: str = ""
 
     _NESTED_DICTS = {"methods": MethodResult}
+
+
+@dataclass
+class RoundRow(Record):
+    """One re-grounding round: a line of `rounds.jsonl`. Each `*_before`, `*_after`,
+    `*_prior`, `*_scratch` and `validation*` field is a `surrogate.metrics.evaluate` dict (the
+    surrogate, the prior not fine-tuned, or trees fitted from scratch, on the same rows); a
+    field left None was not measured and is not written."""
+
+    round: int
+    spent: int = 0  # the run's measurements so far
+    measured_now: int = 0  # this round's new measurements
+    machine_id: str = ""
+    programs: int = 0  # training programs the round learned from
+    held_back_programs: int = 0
+    held_back: list = field(default_factory=list)  # by name: the update never saw their rows
+    selection: str = ""
+    update: str = ""
+    on_policy_before: dict | None = None  # the schedules just measured, before the update
+    on_policy_prior: dict | None = None
+    on_policy_scratch: dict | None = None
+    update_seconds: float | None = None
+    update_rows: int | None = None
+    held_back_before: dict | None = None
+    held_back_after: dict | None = None
+    held_back_prior: dict | None = None
+    held_back_scratch: dict | None = None
+    update_refused: bool = False  # the held-back error grew: the previous weights kept
+    refusal: str | None = None  # why
+    validation: dict | None = None  # this machine's surrogate-validation programs
+    validation_prior: dict | None = None
+    validation_scratch: dict | None = None
+    real_track_geomean: float | None = None  # real speedups of the agent's greedy schedules
+    real_track_programs: int | None = None
+    real_heldout_geomean: float | None = None
+    real_heldout_programs: int | None = None
+    real_heuristic_geomean: float | None = None
+    real_heuristic_programs: int | None = None
+    heldout_over_heuristic: float | None = None
+    allowance: int | None = None  # the round's plan within the run's real budget
+    wanted: int | None = None
+    planned: int | None = None
+    cut: dict | None = None
+
+    def to_json(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None}

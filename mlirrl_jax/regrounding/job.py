@@ -23,6 +23,7 @@ from mlirrl_jax.heuristics import heuristic_schedule
 from mlirrl_jax.measure.fingerprint import machine_fingerprint
 from mlirrl_jax.measure.timing import TimingMethod
 from mlirrl_jax.programs.ir import Program
+from mlirrl_jax.records import RoundRow
 from mlirrl_jax.regrounding.config import RegroundConfig, uncertain_gain_order
 from mlirrl_jax.regrounding.plan import Planned, priority, within_budget
 from mlirrl_jax.regrounding.report import (
@@ -183,20 +184,20 @@ class Regrounding:
         report = self._measure(planned)
         self._phase("measure", started, measured=report.measured)
         started = time.time()
-        row = self._score_and_update(round_, planned, model, surrogate, folder)
-        row["measured_now"] = report.measured
-        row.update(budget)
+        found = self._score_and_update(round_, planned, model, surrogate, folder)
         self._phase("update", started)
         self.state["completed"] = round_
         self.state["chosen"] = sorted(
             {*self.state["chosen"], *(p.program.name for p in planned if p.role == "learn")}
         )
         self.state["spent"] = self._spent()
-        row["spent"] = self.state["spent"]
+        row = RoundRow.from_json(
+            {**found, **budget, "measured_now": report.measured, "spent": self.state["spent"]}
+        )
         # the round's line, then the state: a kill between the two repeats the round's update
         # (its measurements are in the store) and its line is written again, not twice
-        earlier = [r for r in self.rounds() if r["round"] < round_]
-        text = "".join(json.dumps(r) + "\n" for r in [*earlier, row])
+        earlier = [r for r in self.rounds() if r.round < round_]
+        text = "".join(json.dumps(r.to_json()) + "\n" for r in [*earlier, row])
         write_atomic(self.dir / "rounds.jsonl", text)
         write_atomic(self.dir / "state.json", json.dumps(self.state, indent=1))
         self.say(round_line(row))
@@ -208,9 +209,9 @@ class Regrounding:
         rows = self.rounds()
         points = []
         for r in rows:
-            path = self.dir / f"round-{r['round']}" / "points.json"
+            path = self.dir / f"round-{r.round}" / "points.json"
             if path.is_file():
-                points += [{**p, "round": r["round"]} for p in json.loads(path.read_text())]
+                points += [{**p, "round": r.round} for p in json.loads(path.read_text())]
         header = (
             f"Re-grounding on machine {self.machine}; prior: surrogate of machine "
             f"{self.prior.machine_id or '-'}; real budget {self.config.real_budget}.\n\n"
@@ -218,12 +219,13 @@ class Regrounding:
         write_atomic(self.dir / "rounds.md", header + format_rounds(rows) + "\n")
         return save_round_plots(self.dir, rows, points)
 
-    def rounds(self) -> list[dict]:
+    def rounds(self) -> list[RoundRow]:
         """The completed rounds' records (`rounds.jsonl`)."""
         path = self.dir / "rounds.jsonl"
         if not path.is_file():
             return []
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        lines = path.read_text().splitlines()
+        return [RoundRow.from_json(json.loads(line)) for line in lines if line.strip()]
 
     def _prior_model(self) -> CostModel:
         if self._prior is None:

@@ -7,6 +7,7 @@ import logging
 import math
 from pathlib import Path
 
+from mlirrl_jax.records import RoundRow
 from mlirrl_jax.runfolder import write_atomic
 from mlirrl_jax.schedule import Schedule
 from mlirrl_jax.util.plots import pyplot, save_figure
@@ -25,9 +26,9 @@ def budget_line(round_: int, budget: dict, left: int) -> str:
     )
 
 
-def round_line(row: dict) -> str:
+def round_line(row: RoundRow) -> str:
     def m(key: str, name: str) -> str:
-        value = (row.get(key) or {}).get(name)
+        value = (getattr(row, key) or {}).get(name)
         return (
             "-"
             if value is None or (isinstance(value, float) and math.isnan(value))
@@ -35,31 +36,35 @@ def round_line(row: dict) -> str:
         )
 
     return (
-        f"round {row['round']}: on-policy MAPE {m('on_policy_before', 'mape_speedup')} before, "
+        f"round {row.round}: on-policy MAPE {m('on_policy_before', 'mape_speedup')} before, "
         f"held-back {m('held_back_before', 'mape_speedup')} -> {m('held_back_after', 'mape_speedup')}"
-        f"{' (update refused: previous weights kept)' if row.get('update_refused') else ''}; "
+        f"{' (update refused: previous weights kept)' if row.update_refused else ''}; "
         f"validation Spearman {m('validation', 'spearman')} (prior {m('validation_prior', 'spearman')}); "
-        f"real greedy on tracked programs {row.get('real_track_geomean', float('nan')):.2f}x; "
-        f"{row['spent']} measurements spent"
+        f"real greedy on tracked programs {row.real_track_geomean or float('nan'):.2f}x; "
+        f"{row.spent} measurements spent"
     )
 
 
-def format_rounds(rows: list[dict]) -> str:
+def format_rounds(rows: list[RoundRow]) -> str:
     """Markdown: per round, the surrogate's on-policy error before its update, on the
     held-back programs after it, on this machine's validation programs, and the real
     geomean speedups of the agent's greedy schedules."""
 
-    def m(row: dict, key: str, name: str, fmt: str = ".3f") -> str:
-        value = (row.get(key) or {}).get(name)
+    def m(row: RoundRow, key: str, name: str, fmt: str = ".3f") -> str:
+        value = (getattr(row, key) or {}).get(name)
         if value is None or (isinstance(value, float) and math.isnan(value)):
             return "-"
         return format(value, fmt)
 
-    def x(row: dict, key: str) -> str:
-        return f"{row[key]:.2f}x" if key in row else "-"
+    def x(row: RoundRow, key: str) -> str:
+        value = getattr(row, key)
+        return f"{value:.2f}x" if value is not None else "-"
 
-    def three(row: dict, key: str, name: str, fmt: str) -> str:
-        return " / ".join(m(row, key + suffix, name, fmt) for suffix in ("", "_prior", "_scratch"))
+    def three(row: RoundRow, key: str, name: str, fmt: str) -> str:
+        """The surrogate's (`key`), the prior's and the scratch trees' score `name`."""
+        base = key.removesuffix("_before").removesuffix("_after")
+        keys = (key, base + "_prior", base + "_scratch")
+        return " / ".join(m(row, k, name, fmt) for k in keys)
 
     lines = [
         "Each error cell: the re-grounded surrogate / the prior not fine-tuned / trees fitted "
@@ -71,13 +76,12 @@ def format_rounds(rows: list[dict]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        r = {**r, "on_policy": r.get("on_policy_before"), "held_back": r.get("held_back_after")}
         lines.append(
-            f"| {r['round']} | {r.get('measured_now', 0)} ({r['spent']}) | "
-            f"{three(r, 'on_policy', 'mape_speedup', '.1%')} | "
-            f"{three(r, 'on_policy', 'spearman', '.3f')} | "
-            f"{three(r, 'on_policy', 'top1_hit', '.2f')} | "
-            f"{three(r, 'held_back', 'mape_speedup', '.1%')} | "
+            f"| {r.round} | {r.measured_now} ({r.spent}) | "
+            f"{three(r, 'on_policy_before', 'mape_speedup', '.1%')} | "
+            f"{three(r, 'on_policy_before', 'spearman', '.3f')} | "
+            f"{three(r, 'on_policy_before', 'top1_hit', '.2f')} | "
+            f"{three(r, 'held_back_after', 'mape_speedup', '.1%')} | "
             f"{three(r, 'validation', 'spearman', '.3f')} | "
             f"{three(r, 'validation', 'mape_speedup', '.1%')} | {x(r, 'real_track_geomean')} | "
             f"{x(r, 'real_heldout_geomean')} / {x(r, 'real_heuristic_geomean')} |"
@@ -85,7 +89,7 @@ def format_rounds(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def save_round_plots(directory: Path, rows: list[dict], points: list[dict]) -> list[Path]:
+def save_round_plots(directory: Path, rows: list[RoundRow], points: list[dict]) -> list[Path]:
     """`onpolicy_error.png` (the errors per round) and `predicted_vs_real.png` (each round's
     measured schedules: the speedup the surrogate predicted when choosing them against the
     real one, coloured by round)."""
@@ -93,13 +97,13 @@ def save_round_plots(directory: Path, rows: list[dict], points: list[dict]) -> l
     written = []
     if rows:
         fig, ax = plt.subplots(figsize=(7, 4))
-        rounds_ = [r["round"] for r in rows]
+        rounds_ = [r.round for r in rows]
         for key, label in (
             ("on_policy_before", "on-policy, before the update"),
             ("held_back_after", "held-back programs, after the update"),
             ("validation", "validation programs (this machine)"),
         ):
-            values = [(r.get(key) or {}).get("mape_speedup", math.nan) for r in rows]
+            values = [(getattr(r, key) or {}).get("mape_speedup", math.nan) for r in rows]
             ax.plot(rounds_, values, marker="o", label=label)
         ax.axhline(0.2, color="grey", linestyle=":", label="20%")
         ax.set_xlabel("round")
