@@ -140,8 +140,8 @@ class ValidationRow(Record):
 class RoundRow(Record):
     """One re-grounding round: a line of `rounds.jsonl`. Each `*_before`, `*_after`,
     `*_prior`, `*_scratch` and `validation*` field is a `surrogate.metrics.evaluate` dict (the
-    surrogate, the prior not fine-tuned, or trees fitted from scratch, on the same rows); a
-    field left None was not measured and is not written."""
+    surrogate, the prior not fine-tuned, or trees fitted from scratch, on the same rows), None
+    where the round had no rows to score it on."""
 
     round: int
     spent: int = 0  # the run's measurements so far
@@ -177,6 +177,3 @@ class RoundRow(Record):
     wanted: int | None = None
     planned: int | None = None
     cut: dict | None = None
-
-    def to_json(self) -> dict:
-        return {k: v for k, v in asdict(self).items() if v is not None}
