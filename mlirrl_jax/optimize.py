@@ -132,8 +132,12 @@ def optimize(
         f"(surrogate of machine {agent.surrogate.machine_id or '-'}; this machine is "
         f"{machine_fingerprint()['machine_id']})"
     )
-    proposals = agent.proposals([program], budget, start, seed, threads=threads)[0]
+    # the heuristic's schedule is measured anyway: with a known start it joins the proposals
+    # beside `budget` others, so that the agent's budget goes to new schedules
+    wanted = budget + 1 if start == "known" else budget
+    proposals = agent.proposals([program], wanted, start, seed, threads=threads)[0]
     heuristic = heuristic_schedule(program, threads)
+    proposals = [s for s in proposals if s.schedule.hash != heuristic.hash][:budget]
     method = TimingMethod(seed=seed)
     measured: list[tuple[str, Measurement, float | None]] = []
     with Runner(
@@ -157,9 +161,6 @@ def optimize(
         measured.append(("heuristic", tuned, None))
         say(f"  heuristic: {tuned.summary()}")
         for rank, scored in enumerate(proposals, 1):
-            if scored.schedule.hash == heuristic.hash:
-                say(f"  agent {rank}/{len(proposals)}: the heuristic's schedule, measured above")
-                continue
             m = runner.measure(program, scored.schedule, threads=threads, method=method)
             origin = "" if scored.origin == "agent" else f", {scored.origin}"
             measured.append((f"agent {rank}{origin}", m, scored.predicted_speedup))

@@ -52,17 +52,18 @@ def test_forced_actions_replace_the_policys_and_the_rest_is_sampled(agent, evalu
     """Episodes forced along the greedy episodes' legal actions end on exactly the greedy
     schedules, whatever the sampling policy would have chosen; forced along their first
     action only, they go on with the policy's own choices."""
-    rows = np.resize(np.arange(len(evaluator.programs), dtype=np.int32), 64)
+    size = 256  # the batch of `proposals` on these four programs: one compiled runner for both
+    rows = np.resize(np.arange(len(evaluator.programs), dtype=np.int32), size)
     reward_params = evaluator.prepare(agent.surrogate.params)
     greedy = evaluator.episodes(agent.params, reward_params, rows, jax.random.PRNGKey(0), True)
     steps = np.asarray(greedy.steps)
-    references = [list(np.asarray(greedy.actions)[i, : steps[i]]) for i in range(64)]
-    forced = forced_refinements([[]] * 64, 1, 64)
+    references = [list(np.asarray(greedy.actions)[i, : steps[i]]) for i in range(size)]
+    forced = forced_refinements([[]] * size, 1, size)
     actions = np.asarray(forced.actions).copy()
     for i, r in enumerate(references):
         actions[i, : len(r)] = np.stack(r)
     whole = forced.replace(actions=actions, length=steps.astype(np.int32))
-    first = forced.replace(actions=actions, length=np.ones(64, np.int32))
+    first = forced.replace(actions=actions, length=np.ones(size, np.int32))
     hot = 4.0  # a flat policy: unforced, it would wander off the greedy episodes
     got = evaluator.guided_episodes(
         agent.params, reward_params, rows, whole, jax.random.PRNGKey(3), hot

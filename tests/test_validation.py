@@ -60,10 +60,10 @@ def test_validation_measures_every_method_on_every_program(validated):
         assert len(trials) == 4 and min(t for t in trials if t) == methods["random_8k"].ms
         assert methods["xla"].status == "ok" and methods["xla"].ms > 0
         assert not r.failed and r.unverified == 0
-    assert rows[0]["methods"]["numpy"]["ms"] > 0  # a matmul: NumPy/BLAS too
+    assert rows[0].methods["numpy"].ms > 0  # a matmul: NumPy/BLAS too
     entry = summary["threads"]["1"]
     assert entry["agent_topk_over_random_8k"] > 0
-    greedy = entry.methods["agent_greedy"]
+    greedy = entry["methods"]["agent_greedy"]
     assert greedy["predicted_geomean"] > 0 and greedy["prediction_mape"] >= 0
     assert {"matmul", "matmul_bias_relu"} <= set(entry["by_kind"]) or entry["by_kind"]
     efficiency = summary["sample_efficiency"]["1"]["random_8k"]

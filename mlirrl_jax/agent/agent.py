@@ -31,7 +31,6 @@ STARTS = (
     "known",
     "scratch",
 )  # proposals: with the heuristic's schedule and its refinements, or not
-REFINEMENTS_PER_PROGRAM = 64  # refinements of the heuristic's schedule the surrogate ranks
 SAMPLES_PER_SCHEDULE = 8  # sampled episodes per schedule asked for, before removing repeats
 # the policy's own distributions first, then flatter ones while a program lacks distinct ones
 SAMPLING_TEMPERATURES = (1.0, 2.0, 4.0)
@@ -170,7 +169,7 @@ class Agent:
         ]
 
     def refinements(
-        self, evaluator: Evaluator, rows, per_program: int = REFINEMENTS_PER_PROGRAM, seed: int = 0
+        self, evaluator: Evaluator, rows, per_program: int = 64, seed: int = 0
     ) -> dict[int, list[Scored]]:
         """Per table row: the heuristic's own schedule (first, unless it is empty) and the distinct refinements of
         it (`agent.refine`: one change, the policy's choices where the change leaves them
@@ -244,7 +243,8 @@ class Agent:
         if start == "scratch" or n < 2:
             return own
         rows = range(len(evaluator.programs))
-        known = self.refinements(evaluator, rows, seed=seed)
+        # as many refinements as sampled episodes: the same batch, so the same compiled runner
+        known = self.refinements(evaluator, rows, SAMPLES_PER_SCHEDULE * n, seed)
         out = []
         for r in rows:
             heuristic = [s for s in known[r][:1] if s.origin == "heuristic"]

@@ -13,9 +13,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from mlirrl_jax.actions import ACTION_WIDTH
 from mlirrl_jax.agent.networks import act
 from mlirrl_jax.agent.rollout import Episodes, Forced, batched, run_episodes
-from mlirrl_jax.env.jax_env import JaxEnv
+from mlirrl_jax.env.jax_env import MAX_EPISODE_STEPS, JaxEnv
 from mlirrl_jax.env.replay import state_of_schedule
 from mlirrl_jax.env.reward import RewardParams
 from mlirrl_jax.env.state import ProgramTable
@@ -74,22 +75,23 @@ class Evaluator:
         self, params, reward_params, programs, key, greedy: bool, temperature: float = 1.0
     ) -> Episodes:
         """The agent's episodes on table rows `programs` (greedy, or sampled at
-        `temperature`)."""
-        name = "greedy" if greedy else "sampled"  # the temperature is an argument: one compile
-        if name not in self._jitted:
+        `temperature`). Sampled episodes run through `guided_episodes` with nothing forced:
+        one compiled runner serves both (the temperature is an argument too)."""
+        if not greedy:
+            free = Forced(
+                actions=np.zeros((len(programs), MAX_EPISODE_STEPS, ACTION_WIDTH), np.int32),
+                length=np.zeros(len(programs), np.int32),
+                free_at=np.full(len(programs), -1, np.int32),
+            )
+            return self.guided_episodes(params, reward_params, programs, free, key, temperature)
+        if "greedy" not in self._jitted:
 
-            def run(params, reward_params, programs, key, temperature):
-                policy = (
-                    greedy_policy(self.graphdef, params)
-                    if greedy
-                    else sampling_policy(self.graphdef, params, temperature)
-                )
+            def run(params, reward_params, programs, key):
+                policy = greedy_policy(self.graphdef, params)
                 return run_episodes(self.env, policy, reward_params, self.table, programs, key)
 
-            self._jitted[name] = jax.jit(run)
-        return self._jitted[name](
-            params, reward_params, jnp.asarray(programs, jnp.int32), key, jnp.float32(temperature)
-        )
+            self._jitted["greedy"] = jax.jit(run)
+        return self._jitted["greedy"](params, reward_params, jnp.asarray(programs, jnp.int32), key)
 
     def guided_episodes(
         self, params, reward_params, programs, forced: Forced, key, temperature: float = 1.0

@@ -142,6 +142,13 @@ def _source(spec: str) -> tuple[str, str]:
     """The source file text of module `spec`'s "module:Name", and the name, found without
     importing the module (the command line starts without JAX)."""
     module, _, name = spec.partition(":")
+    # the project's own modules by path: finding them by import would import their packages
+    # (validation/, regrounding/ and collect/ import JAX)
+    root = Path(__file__).resolve().parents[2]
+    parts = module.split(".")
+    for path in (root.joinpath(*parts).with_suffix(".py"), root.joinpath(*parts, "__init__.py")):
+        if parts[0] == "mlirrl_jax" and path.is_file():
+            return path.read_text(), name
     found = importlib.util.find_spec(module)
     if found is None or not found.origin:
         raise LookupError(f"no module {module}")

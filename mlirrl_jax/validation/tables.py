@@ -114,7 +114,7 @@ def format_validation(
                 + " | ".join(_f(s.get(n), ".2f") + ("x" if s.get(n) else "") for n in names)
                 + f" | {', '.join(f'{k} {v}'.strip() for k, v in failed.items()) or '-'} |"
             )
-        m = entry.methods
+        m = entry["methods"]
         lines += [
             "",
             "| method | geomean speedup | programs | real measurements per program |",
