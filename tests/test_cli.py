@@ -108,4 +108,5 @@ def test_the_readmes_python_runs_as_written(capsys, monkeypatch):
     monkeypatch.chdir(root)  # its paths are the checkout's, as the README's reader runs it
     exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines and all("x predicted" in line and line.endswith("ok") for line in lines)
+    assert lines and all("x predicted" in line and line.endswith(" ms") for line in lines)
+    assert any(line.startswith("heuristic: ") for line in lines)  # the known start's proposals
