@@ -22,6 +22,7 @@ from mlirrl_jax.cli import (
     demo,
     fit,
     measure,
+    models,
     optimize,
     show,
     store,
@@ -35,7 +36,7 @@ from mlirrl_jax.runfolder import command_line, has_checkpoint
 from mlirrl_jax.shipped import DEFAULT_STORE, OLD_DEFAULT_STORE
 from mlirrl_jax.util.progress import show_progress
 
-COMMANDS = (measure, demo, collect, store, fit, suite, show, train, validate, optimize)
+COMMANDS = (measure, demo, collect, store, fit, suite, show, train, validate, optimize, models)
 
 
 def build_parser() -> argparse.ArgumentParser:

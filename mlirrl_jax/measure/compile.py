@@ -107,6 +107,8 @@ def lowering_pipeline(threads: int, runtime_name: str) -> str:
         "convert-vector-to-llvm",
         "finalize-memref-to-llvm",
         "convert-math-to-llvm",
+        # what has no LLVM intrinsic (math.erf of a GELU) calls the C library's function
+        "convert-math-to-libm",
         "convert-arith-to-llvm",
         "convert-index-to-llvm",
         "convert-ub-to-llvm",

@@ -1,0 +1,268 @@
+"""`import_model`: a PyTorch or ONNX model, lowered to Linalg and cut into programs.
+
+The source is a Python file and a factory (`zoo.py:resnet18`), a torchvision model
+(`torchvision:resnet18`, random weights) or an ONNX file (`model.onnx`). torch-mlir lowers it in
+a child process (`models.lower`), `models.cut` cuts the Linalg-on-tensors text into programs,
+and the cut is checked: its programs, compiled unscheduled and replayed in the model's order
+(`models.execute`), must give the model's own output on the same input. The import's folder:
+
+- `model.json`: the source, the input shape, the layers (each distinct shape once, with its
+  count, status and reason), the ops left out and the check's result (`ModelImport`);
+- `layers/NAME.mlir`: one program per distinct layer shape, which `load_program` accepts;
+- `steps.json`: the model as steps over the layers, for the replay;
+- `lowered.mlir`, `weights.npz`, `input.npy`, `output.npy`: what the lowering gave;
+- `report.md`: the layers as a table, and what was left out and why.
+
+Everything is written before `model.json`, which is written last: a folder holding it is whole.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from mlirrl_jax.models.cut import MAX_GROUP, MOVES, Layer, ModelError, cut_module
+from mlirrl_jax.records import Record
+from mlirrl_jax.runfolder import write_atomic
+
+LOWER_TIMEOUT_S = 900.0
+CHECK_RTOL = 1e-3  # the replay against the model's own output, relative to its largest value
+WHY_LEFT_OUT = {
+    name: "data movement between layers: left out of the composed time" for name in MOVES
+}
+
+
+@dataclass
+class ModelImport(Record):
+    """What `import_model` wrote (`model.json`)."""
+
+    source: str
+    input_shape: list[int]
+    layers: list[Layer] = field(default_factory=list)
+    left_out: dict[str, int] = field(default_factory=dict)  # op -> count, not in any layer
+    why_left_out: dict[str, str] = field(default_factory=dict)
+    views: int = 0  # reshapes and casts: no cost
+    dropped_asserts: int = 0
+    occurrences: int = 0  # layer computations in the model, counts included
+    check_error: float | None = None  # the replay's largest relative difference
+    check_ok: bool | None = None  # None: not checked
+    lower_s: float = 0.0
+    versions: dict[str, str] = field(default_factory=dict)
+
+    _NESTED = {"layers": Layer}
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike) -> ModelImport:
+        path = Path(folder) / "model.json"
+        if not path.is_file():
+            raise ModelError(f"{folder}: no imported model (model.json) here; run import-model")
+        return cls.from_json(json.loads(path.read_text()))
+
+
+def models_available() -> None:
+    """Refuse, with what to install, when the models' extra is missing."""
+    missing = [m for m in ("torch_mlir", "torch") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ModelError(
+            f"importing models needs {' and '.join(missing)}: pip install 'mlirrl-jax[models]' "
+            "(on Linux, `pip install torch --index-url https://download.pytorch.org/whl/cpu` "
+            "first keeps the CPU build)"
+        )
+
+
+def _default_shape(source: str) -> list[int] | None:
+    """A Python source's `INPUT_SHAPES[factory]`, if the file declares one."""
+    path, _, factory = source.rpartition(":")
+    if not path.endswith(".py"):
+        return None
+    text = Path(path).read_text()
+    if "INPUT_SHAPES" not in text:
+        return None
+    spec = importlib.util.spec_from_file_location("model_shapes", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    shape = getattr(module, "INPUT_SHAPES", {}).get(factory)
+    return list(shape) if shape else None
+
+
+def check_source(source: str) -> None:
+    """Refuse a source that names no model, before anything starts."""
+    if source.startswith("torchvision:"):
+        if importlib.util.find_spec("torchvision") is None:
+            raise ModelError(f"{source}: torchvision is not installed (pip install torchvision)")
+        return
+    path = source if source.endswith(".onnx") else source.rpartition(":")[0]
+    if not source.endswith(".onnx") and (":" not in source or not path.endswith(".py")):
+        raise ModelError(
+            f"{source!r}: expected FILE.py:FACTORY, torchvision:NAME or FILE.onnx"
+        )
+    if not Path(path).is_file():
+        raise ModelError(f"{path}: no such file")
+
+
+def _lower(source: str, shape: list[int] | None, out: Path, say) -> float:
+    request = out / "request.json"
+    write_atomic(request, json.dumps({"source": source, "input_shape": shape}))
+    start = time.perf_counter()
+    say(f"lowering {source} to Linalg with torch-mlir (in a child process)")
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "mlirrl_jax.models.lower", str(request), str(out)],
+            capture_output=True,
+            text=True,
+            timeout=LOWER_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        raise ModelError(f"{source}: lowering took over {LOWER_TIMEOUT_S:g} s") from None
+    if done.returncode != 0:
+        raise ModelError(f"{source}: the lowering failed: {_reason(done.stderr)}")
+    return time.perf_counter() - start
+
+
+def _reason(stderr: str) -> str:
+    """The lines of a failed lowering that say why (torch-mlir names the op it cannot lower)."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    telling = [
+        line
+        for line in lines
+        if "error" in line.lower() or "legalize" in line or "unsupported" in line.lower()
+    ]
+    chosen = (telling or lines)[-4:]
+    return " | ".join(line[:300] for line in chosen) or "no message"
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for name in ("torch", "torch-mlir", "onnx"):
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            pass
+    return found
+
+
+def import_model(
+    source: str,
+    out: str | os.PathLike,
+    input_shape: list[int] | None = None,
+    max_group: int = MAX_GROUP,
+    check: bool = True,
+    say=print,
+) -> ModelImport:
+    """Lower, cut and check a model into `out` (see the module's documentation)."""
+    check_source(source)
+    models_available()
+    if input_shape is None and not source.endswith(".onnx"):
+        input_shape = _default_shape(source)
+        if input_shape is None:
+            raise ModelError(f"{source}: give the example input's shape (--input-shape 1,3,224,224)")
+    out = Path(out)
+    (out / "layers").mkdir(parents=True, exist_ok=True)
+    lower_s = _lower(source, input_shape, out, say)
+    cut = cut_module((out / "lowered.mlir").read_text(), max_group)
+    for layer in cut.layers:
+        layer.path = f"layers/{layer.name}.mlir"
+        write_atomic(out / layer.path, cut.texts[layer.name])
+    write_atomic(
+        out / "steps.json",
+        json.dumps({"inputs": cut.inputs, "outputs": cut.outputs, "steps": cut.steps}),
+    )
+    result = ModelImport(
+        source=source,
+        input_shape=list(input_shape or cut.input_shapes[0]),
+        layers=cut.layers,
+        left_out=cut.left_out,
+        why_left_out={
+            name: WHY_LEFT_OUT.get(name, "not a Linalg op: left out of the composed time")
+            for name in cut.left_out
+        },
+        views=cut.views,
+        dropped_asserts=cut.dropped_asserts,
+        occurrences=sum(layer.count for layer in cut.layers),
+        lower_s=round(lower_s, 1),
+        versions=_versions(),
+    )
+    say(
+        f"{len(cut.layers)} distinct layers ({result.occurrences} in the model), "
+        f"{sum(cut.left_out.values())} ops left out, {cut.views} views"
+    )
+    if check:
+        result.check_error = check_cut(out, say=say)
+        result.check_ok = result.check_error <= CHECK_RTOL
+    write_atomic(out / "report.md", report(result))
+    write_atomic(out / "model.json", json.dumps(result.to_json(), indent=1))
+    return result
+
+
+def check_cut(out: str | os.PathLike, scripts: dict[str, str] | None = None, say=print) -> float:
+    """Replay the imported model through its programs compiled by the pipeline (each with its
+    schedule's script from `scripts`, else unscheduled); the largest difference from the model's
+    own output, relative to its largest value."""
+    from mlirrl_jax.models.execute import agreement, compiled_runner, replay
+    from mlirrl_jax.programs.ir import load_program
+
+    out = Path(out)
+    plan = json.loads((out / "steps.json").read_text())
+    runners = {}
+
+    def run_layer(name: str, operands):
+        if name not in runners:
+            program = load_program(out / "layers" / f"{name}.mlir", name)
+            runners[name] = compiled_runner(program, (scripts or {}).get(name))
+        return runners[name](*operands)
+
+    weights = dict(np.load(out / "weights.npz"))
+    example = np.load(out / "input.npy")
+    start = time.perf_counter()
+    (actual,) = replay(plan["steps"], {plan["inputs"][0]: example}, weights, plan["outputs"], run_layer)
+    error = agreement(actual, np.load(out / "output.npy"))
+    say(
+        f"checked: the programs replayed in the model's order give its own output within "
+        f"{error:.1e} (relative; {len(runners)} programs compiled, "
+        f"{time.perf_counter() - start:.0f} s)"
+    )
+    return error
+
+
+def report(result: ModelImport) -> str:
+    """The import as Markdown: the layers, what was left out and why."""
+    lines = [
+        f"# {result.source}, input {'x'.join(map(str, result.input_shape))}",
+        "",
+        f"{len(result.layers)} distinct layers, {result.occurrences} layer computations in the "
+        f"model; {result.views} views (no cost).",
+    ]
+    if result.check_ok is not None:
+        verdict = "agrees with" if result.check_ok else "DOES NOT agree with"
+        lines.append(
+            f"The cut {verdict} the model's own output (largest relative difference "
+            f"{result.check_error:.1e})."
+        )
+    lines += ["", "| layer | ops | count | MFLOP | status | reason |", "|---|---|---|---|---|---|"]
+    for layer in result.layers:
+        mflop = f"{layer.flops / 1e6:.1f}" if layer.flops is not None else "-"
+        lines.append(
+            f"| {layer.name} | {'+'.join(layer.ops)} | {layer.count} | {mflop} | "
+            f"{layer.status} | {layer.reason or ''} |"
+        )
+    lines += ["", "## Left out of the programs", ""]
+    if not result.left_out:
+        lines.append("Nothing.")
+    for name, count in sorted(result.left_out.items()):
+        lines.append(f"- `{name}` x{count}: {result.why_left_out.get(name, '')}")
+    if result.dropped_asserts:
+        lines.append(
+            f"- `cf.assert` x{result.dropped_asserts}: torch-mlir's run-time checks inside "
+            "Linalg bodies, removed (they compute no value)"
+        )
+    return "\n".join(lines) + "\n"

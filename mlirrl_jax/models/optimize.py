@@ -1,0 +1,290 @@
+"""`optimize_model`: every distinct layer of an imported model optimized and the model composed.
+
+Per thread count, each distinct layer (`models.importer`) is measured unscheduled, with the
+heuristic's schedule, with the agent's proposals (its start from what is known, as `optimize`)
+and jitted by XLA:CPU, all verified against the reference. The model's time by each method is
+the sum of its layers' times weighted by their counts. PyTorch eager and `torch.compile` run
+the whole model in a child process pinned to the same cores (`models.torch_time`), when the
+model came from PyTorch. The best schedules are then replayed through the model's steps
+(`models.execute`) and the output compared with the model's own, so that the composed time is
+the time of a computation that is right.
+
+A composed time leaves out what lies between layers: data movement that is not a layer
+(`tensor.pad` and slices, named in the import's report), layout changes between layers, and any
+fusion across layers (XLA and `torch.compile` may fuse a whole block). It counts the layers as if
+each started with cold caches no more than a kernel timed alone does.
+
+The folder holds `layers.jsonl` (one row per layer and thread count, appended as measured: a
+rerun measures only what is missing), `torch.jsonl`, `schedules/T/LAYER.json`, and, last,
+`summary.json`, `table.md` and `time_by_layer.png`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mlirrl_jax.errors import Error
+from mlirrl_jax.models.importer import ModelImport
+from mlirrl_jax.records import Record
+from mlirrl_jax.runfolder import write_atomic
+
+log = logging.getLogger("mlirrl_jax.models")
+METHODS = ("unscheduled", "heuristic", "agent", "xla")
+TORCH_TIMEOUT_S = 1200.0
+
+
+class ModelOptimizeError(Error, ValueError):
+    """Settings `optimize_model` cannot take, or a folder holding another model's run."""
+
+
+@dataclass
+class LayerRow(Record):
+    """One distinct layer at one thread count: each method's verified median time (ms)."""
+
+    layer: str
+    threads: int
+    count: int
+    flops: int | None
+    unscheduled_ms: float | None = None
+    heuristic_ms: float | None = None
+    agent_ms: float | None = None  # the best verified of the agent's proposals
+    agent_source: str | None = None
+    xla_ms: float | None = None  # None: no exact JAX translation, or it failed
+    failures: list[str] = field(default_factory=list)  # "source: status" of failed candidates
+    measured: int = 0
+
+
+@dataclass
+class ModelSummary(Record):
+    """The model's composed times per thread count and method, with PyTorch's."""
+
+    model: str
+    machine_id: str
+    budget: int
+    threads: list[int]
+    composed_ms: dict[str, dict[str, float]]  # threads -> method -> ms
+    torch_ms: dict[str, dict[str, float]]  # threads -> eager / compile -> ms
+    missing: dict[str, dict[str, int]]  # threads -> method -> layers it has no time for
+    replay_error: dict[str, float]  # threads -> the best schedules' replay vs the model
+    leaves_out: list[str]
+    layers: int
+    occurrences: int
+
+
+def _rows(path: Path) -> list[dict]:
+    """The whole rows of a JSONL file; a last line a kill cut short is dropped from the file."""
+    if not path.is_file():
+        return []
+    data = path.read_bytes()
+    whole = data.rfind(b"\n") + 1
+    if whole < len(data):
+        os.truncate(path, whole)
+    return [json.loads(line) for line in data[:whole].decode().splitlines() if line.strip()]
+
+
+def _append(path: Path, row: dict) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(row) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _ms(m) -> float | None:
+    return m.median_s * 1e3 if m is not None and m.ok and m.verified and m.median_s else None
+
+
+def _measure_layer(runner, program, count, threads, proposals, method, xla) -> tuple:
+    """One layer at `threads`: its row and the best verified schedule (None: unscheduled)."""
+    from mlirrl_jax.heuristics import heuristic_schedule
+    from mlirrl_jax.measure.baselines import measure_xla
+
+    row = LayerRow(program.name, threads, count, program.flops)
+    base = runner.measure(program, None, threads=1, method=method)
+    row.unscheduled_ms = _ms(base)
+    candidates = []
+    if proposals is not None:
+        heuristic = heuristic_schedule(program, threads)
+        m = runner.measure(program, heuristic, threads=threads, method=method)
+        row.heuristic_ms = _ms(m)
+        candidates.append(("heuristic", m, heuristic))
+        for rank, scored in enumerate(proposals, 1):
+            if scored.schedule.hash == heuristic.hash:
+                continue
+            m = runner.measure(program, scored.schedule, threads=threads, method=method)
+            candidates.append((f"agent {rank} ({scored.origin})", m, scored.schedule))
+    for source, m, _ in candidates:
+        if _ms(m) is None:
+            row.failures.append(f"{source}: {m.status}{'' if m.verified else ' (not verified)'}")
+    good = [(_ms(m), source, s) for source, m, s in candidates if _ms(m) is not None]
+    best = min(good, key=lambda g: g[0]) if good else None
+    if best is not None:
+        row.agent_ms, row.agent_source = best[0], best[1]
+    elif row.unscheduled_ms is not None:  # beyond the agent, or nothing verified: as it is
+        row.agent_ms, row.agent_source = row.unscheduled_ms, "unscheduled"
+    if row.heuristic_ms is None:
+        row.heuristic_ms = row.unscheduled_ms
+    if xla:
+        row.xla_ms = _ms(measure_xla(program, threads, method))
+    row.measured = 1 + len(candidates) + int(xla)
+    return row, (best[2] if best is not None else None)
+
+
+def _torch_times(source: str, shape: list[int], threads: int, compile_: bool) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        request, out = Path(tmp) / "request.json", Path(tmp) / "out.json"
+        cores = sorted(os.sched_getaffinity(0))
+        request.write_text(
+            json.dumps(
+                {
+                    "source": source,
+                    "input_shape": shape,
+                    "threads": threads,
+                    "cores": cores,
+                    "compile": compile_,
+                }
+            )
+        )
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+        try:
+            done = subprocess.run(
+                [sys.executable, "-m", "mlirrl_jax.models.torch_time", str(request), str(out)],
+                capture_output=True,
+                text=True,
+                timeout=TORCH_TIMEOUT_S,
+                env=env,
+            )
+        except subprocess.TimeoutExpired:
+            return {"threads": threads, "failed": f"over {TORCH_TIMEOUT_S:g} s"}
+        if done.returncode != 0 or not out.is_file():
+            tail = " | ".join(done.stderr.strip().splitlines()[-3:])[:400]
+            return {"threads": threads, "failed": tail or f"exit {done.returncode}"}
+        return json.loads(out.read_text())
+
+
+def _check(model_dir: Path, out: Path, threads: list[int], imported: ModelImport) -> dict:
+    """Each thread count's best schedules replayed through the model: the largest relative
+    difference from the model's own output."""
+    from mlirrl_jax.models.importer import check_cut
+    from mlirrl_jax.programs.ir import load_program
+    from mlirrl_jax.schedule import Schedule
+    from mlirrl_jax.transform import transform_script
+
+    errors = {}
+    for t in threads:
+        scripts = {}
+        for path in sorted((out / "schedules" / str(t)).glob("*.json")):
+            schedule = Schedule.from_json(json.loads(path.read_text()))
+            program = load_program(model_dir / "layers" / f"{path.stem}.mlir", path.stem)
+            scripts[path.stem] = transform_script(program, schedule)
+        errors[str(t)] = check_cut(model_dir, scripts, say=log.info)
+    return errors
+
+
+def optimize_model(
+    model_dir: str | os.PathLike,
+    out: str | os.PathLike,
+    budget: int = 4,
+    threads: tuple[int, ...] = (1,),
+    run: str | os.PathLike | None = None,
+    timeout_s: float = 60.0,
+    mem_limit_mb: int | None = None,
+    seed: int = 0,
+    xla: bool = True,
+    torch_baselines: bool = True,
+    torch_compile: bool = True,
+    say=log.info,
+) -> ModelSummary:
+    """Optimize the model imported in `model_dir` into `out` (see the module's documentation)."""
+    from mlirrl_jax.adopted import default_agent_run
+    from mlirrl_jax.measure.fingerprint import machine_fingerprint
+    from mlirrl_jax.measure.runner import Runner
+    from mlirrl_jax.measure.timing import TimingMethod
+    from mlirrl_jax.programs.ir import load_program
+    from mlirrl_jax.runfolder import check_inputs
+
+    if budget < 1:
+        raise ModelOptimizeError(f"--budget must be at least 1, got {budget}")
+    model_dir, out = Path(model_dir), Path(out)
+    imported = ModelImport.load(model_dir)
+    runs = {t: Path(run) if run else default_agent_run(t) for t in threads}
+    check_inputs(runs=runs.values())
+    machine = machine_fingerprint()["machine_id"]
+    out.mkdir(parents=True, exist_ok=True)
+    settings = {"model": str(model_dir.resolve()), "source": imported.source, "budget": budget}
+    settings |= {"machine_id": machine, "seed": seed, "agents": {t: str(r) for t, r in runs.items()}}
+    settings = json.loads(json.dumps(settings))
+    recorded = out / "settings.json"
+    if recorded.is_file() and json.loads(recorded.read_text()) != settings:
+        raise ModelOptimizeError(
+            f"{out} holds a run with other settings ({recorded}): use another folder"
+        )
+    write_atomic(recorded, json.dumps(settings, indent=1))
+    layers = [layer for layer in imported.layers if layer.status != "refused"]
+    programs = {layer.name: load_program(model_dir / layer.path, layer.name) for layer in layers}
+    rows_path = out / "layers.jsonl"
+    done = {(r["layer"], r["threads"]) for r in _rows(rows_path)}
+    method = TimingMethod(seed=seed)
+    for t in threads:
+        todo = [layer for layer in layers if (layer.name, t) not in done]
+        if not todo:
+            continue
+        proposals = _proposals(runs[t], [programs[l.name] for l in todo if l.status == "program"], budget, seed, t, say)
+        (out / "schedules" / str(t)).mkdir(parents=True, exist_ok=True)
+        started = time.perf_counter()
+        limits = {"mem_limit_mb": mem_limit_mb} if mem_limit_mb else {}
+        with Runner(timeout_s, **limits) as runner:
+            for i, layer in enumerate(todo, 1):
+                row, best = _measure_layer(
+                    runner, programs[layer.name], layer.count, t,
+                    proposals.get(layer.name), method, xla,
+                )
+                if best is not None:
+                    write_atomic(
+                        out / "schedules" / str(t) / f"{layer.name}.json",
+                        json.dumps(best.to_json()),
+                    )
+                _append(rows_path, row.to_json())
+                rate = i / (time.perf_counter() - started)
+                say(
+                    f"  [{t} thread(s)] {i}/{len(todo)} {layer.name} x{layer.count}: "
+                    f"unscheduled {_fmt(row.unscheduled_ms)}, heuristic {_fmt(row.heuristic_ms)}, "
+                    f"agent {_fmt(row.agent_ms)}, XLA {_fmt(row.xla_ms)} ms; "
+                    f"ETA {(len(todo) - i) / rate:.0f} s"
+                )
+    torch_path = out / "torch.jsonl"
+    timed = {r["threads"] for r in _rows(torch_path)}
+    if torch_baselines and not imported.source.endswith(".onnx"):
+        for t in threads:
+            if t not in timed:
+                say(f"timing PyTorch eager and torch.compile at {t} thread(s)")
+                _append(torch_path, _torch_times(imported.source, imported.input_shape, t, torch_compile))
+    replay = _check(model_dir, out, list(threads), imported)
+    from mlirrl_jax.models.report import write_report
+
+    return write_report(out, imported, settings, list(threads), replay)
+
+
+def _proposals(run: Path, programs: list, budget: int, seed: int, threads: int, say) -> dict:
+    """The agent's proposals per layer name (its start from what is known, as `optimize`)."""
+    if not programs:
+        return {}
+    from mlirrl_jax.agent.agent import Agent
+    from mlirrl_jax.host_devices import use_compilation_cache
+
+    use_compilation_cache()
+    agent = Agent.load(run)
+    say(f"the agent ({run}) proposes {budget} schedules for each of {len(programs)} layers")
+    found = agent.proposals(programs, budget + 1, "known", seed, threads=threads)
+    return {p.name: scored for p, scored in zip(programs, found, strict=True)}
+
+
+def _fmt(ms: float | None) -> str:
+    return "-" if ms is None else f"{ms:.3f}"

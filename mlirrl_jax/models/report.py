@@ -1,0 +1,160 @@
+"""A model's optimization as composed times, a per-layer table and a plot of where time goes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from mlirrl_jax.models.importer import ModelImport
+from mlirrl_jax.runfolder import write_atomic
+
+LEAVES_OUT = [
+    "data movement that is not a layer (tensor.pad, slices; see the import's report)",
+    "layout changes between layers",
+    "fusion across layers (XLA and torch.compile may fuse across them; the layers here are "
+    "timed one by one, each with warm caches as any kernel timed alone)",
+]
+
+
+def _rows_by_threads(out: Path) -> dict[int, list[dict]]:
+    from mlirrl_jax.models.optimize import _rows
+
+    by: dict[int, list[dict]] = {}
+    for row in _rows(out / "layers.jsonl"):
+        by.setdefault(row["threads"], []).append(row)
+    return by
+
+
+def compose(rows: list[dict]) -> tuple[dict[str, float], dict[str, int]]:
+    """Each method's model time (ms, counts weighted) and the layers it has no time for (those
+    are counted at the agent's time, so that the sums cover the same layers)."""
+    from mlirrl_jax.models.optimize import METHODS
+
+    totals, missing = {}, {}
+    for method in METHODS:
+        total, lacking = 0.0, 0
+        for row in rows:
+            ms = row.get(f"{method}_ms")
+            if ms is None:
+                lacking += 1
+                ms = row.get("agent_ms") or 0.0
+            total += row["count"] * ms
+        totals[method], missing[method] = total, lacking
+    return totals, missing
+
+
+def write_report(out: Path, imported: ModelImport, settings: dict, threads, replay: dict):
+    from mlirrl_jax.models.optimize import ModelSummary, _rows
+
+    by = _rows_by_threads(out)
+    torch = {str(r["threads"]): r for r in _rows(out / "torch.jsonl")}
+    composed, missing, torch_ms = {}, {}, {}
+    for t in threads:
+        composed[str(t)], missing[str(t)] = compose(by.get(t, []))
+        row = torch.get(str(t), {})
+        torch_ms[str(t)] = {k: row[f"{k}_ms"] for k in ("eager", "compile") if f"{k}_ms" in row}
+    summary = ModelSummary(
+        model=imported.source,
+        machine_id=settings["machine_id"],
+        budget=settings["budget"],
+        threads=list(threads),
+        composed_ms=composed,
+        torch_ms=torch_ms,
+        missing=missing,
+        replay_error=replay,
+        leaves_out=LEAVES_OUT,
+        layers=len(imported.layers),
+        occurrences=imported.occurrences,
+    )
+    write_atomic(out / "table.md", table(summary, by, torch))
+    plot(out / "time_by_layer.png", by, imported.source)
+    write_atomic(out / "summary.json", json.dumps(summary.to_json(), indent=1))  # last
+    return summary
+
+
+def table(summary, by: dict[int, list[dict]], torch: dict) -> str:
+    lines = [
+        f"# {summary.model} on machine {summary.machine_id} (agent budget {summary.budget})",
+        "",
+        "## The whole model (ms; layers composed by their counts)",
+        "",
+        "| threads | unscheduled | heuristic | agent | XLA:CPU (layers) | PyTorch eager | "
+        "torch.compile | agent / eager | best schedules' output vs the model |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for t in summary.threads:
+        c, p = summary.composed_ms[str(t)], summary.torch_ms.get(str(t), {})
+        eager = p.get("eager")
+        ratio = f"{eager / c['agent']:.2f}x" if eager and c["agent"] else "-"
+        failed = torch.get(str(t), {}).get("compile_failed")
+        compiled = f"{p['compile']:.2f}" if "compile" in p else f"failed: {failed}" if failed else "-"
+        lines.append(
+            f"| {t} | {c['unscheduled']:.2f} | {c['heuristic']:.2f} | {c['agent']:.2f} | "
+            f"{c['xla']:.2f} | {f'{eager:.2f}' if eager else '-'} | {compiled} | {ratio} | "
+            f"{summary.replay_error.get(str(t), float('nan')):.1e} |"
+        )
+    for t in summary.threads:
+        m = {k: v for k, v in summary.missing[str(t)].items() if v}
+        if m:
+            lines.append(
+                f"\nAt {t} thread(s), layers with no time of a method, counted at the agent's: "
+                + ", ".join(f"{k} {v}" for k, v in m.items())
+            )
+    lines += ["", "A composed time leaves out: " + "; ".join(summary.leaves_out) + ".", ""]
+    for t in summary.threads:
+        rows = sorted(by.get(t, []), key=lambda r: -(r["count"] * (r["agent_ms"] or 0)))
+        total = sum(r["count"] * (r["agent_ms"] or 0) for r in rows) or 1.0
+        lines += [
+            f"## Layers at {t} thread(s), by the agent's share of the model's time",
+            "",
+            "| layer | count | MFLOP | unscheduled | heuristic | agent | XLA | agent / heuristic "
+            "| agent / XLA | share | best |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in rows:
+            lines.append(
+                f"| {r['layer']} | {r['count']} | {(r['flops'] or 0) / 1e6:.1f} | "
+                f"{_f(r['unscheduled_ms'])} | {_f(r['heuristic_ms'])} | {_f(r['agent_ms'])} | "
+                f"{_f(r['xla_ms'])} | {_ratio(r['heuristic_ms'], r['agent_ms'])} | "
+                f"{_ratio(r['xla_ms'], r['agent_ms'])} | "
+                f"{100 * r['count'] * (r['agent_ms'] or 0) / total:.1f}% | {r['agent_source']} |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _f(ms) -> str:
+    return "-" if ms is None else f"{ms:.3f}"
+
+
+def _ratio(a, b) -> str:
+    return f"{a / b:.2f}" if a and b else "-"
+
+
+def plot(path: Path, by: dict[int, list[dict]], title: str) -> None:
+    """Per layer (the 15 that take most of the agent's time), count x time by each method."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    threads = sorted(by)
+    fig, axes = plt.subplots(1, len(threads), figsize=(7 * len(threads), 6), squeeze=False)
+    for ax, t in zip(axes[0], threads, strict=True):
+        rows = sorted(by[t], key=lambda r: -(r["count"] * (r["agent_ms"] or 0)))[:15][::-1]
+        names = [f"{r['layer'][:28]} x{r['count']}" for r in rows]
+        for k, (method, colour) in enumerate(
+            [("heuristic", "tab:gray"), ("agent", "tab:blue"), ("xla", "tab:orange")]
+        ):
+            values = [r["count"] * (r[f"{method}_ms"] or 0) for r in rows]
+            ax.barh([i + 0.27 * (k - 1) for i in range(len(rows))], values, 0.27, label=method, color=colour)
+        ax.set_yticks(range(len(rows)), names, fontsize=7)
+        ax.set_xlabel("ms in the model (count x layer time)")
+        ax.set_title(f"{t} thread(s)")
+        ax.legend()
+    fig.suptitle(f"Where the time goes: {title}")
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(path)
