@@ -9,7 +9,9 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[dev,cluster]"
+	# torch's CPU build where this machine's pip finds it (a PyPI torch on Linux pulls in CUDA)
+	$(PY) -m pip install -q "torch==2.13.0" || $(PY) -m pip install -q torch
+	$(PY) -m pip install -q -e ".[dev,cluster,models]"
 	touch $(STAMP)
 
 demo: $(STAMP)

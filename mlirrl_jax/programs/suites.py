@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import functools
 import hashlib
+import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -75,26 +76,31 @@ class SuiteEntry:
     """One program of a suite, with where its shape comes from and its split."""
 
     uri: str
-    spec: Spec
+    spec: Spec | None  # None: a program kept as text (an imported model's layer, models-v0)
     model: str  # resnet18, resnet50, mobilenetv2, vgg16, bert, gpt2, lqcd or sampled
     layer: str  # the source layer, and how it was scaled down if it was
     split: str  # "train" or "test"
+    source: str | None = None  # the program's text, where there is no spec
 
     @property
     def name(self) -> str:
-        return self.spec.name
+        return self.spec.name if self.spec is not None else self.uri.rsplit("/", 1)[1]
 
     @property
     def kind(self) -> str:
-        return self.spec.kind
+        return self.spec.kind if self.spec is not None else "model-layer"
 
     @property
     def flops(self) -> int:
+        if self.spec is None:
+            from mlirrl_jax.programs.ir import parse_program
+
+            return parse_program(self.text, self.uri).flops
         return flops(self.spec)
 
     @property
     def text(self) -> str:
-        return render(self.spec)
+        return render(self.spec) if self.spec is not None else self.source
 
 
 # Unscheduled (naive loop nest) speed on the 2-core dev machine (AMD EPYC, L2 1 MiB 8-way),
@@ -344,12 +350,35 @@ def _awkward_v0() -> tuple[SuiteEntry, ...]:
     return tuple(entries.values())
 
 
+@functools.cache
+def _models_v0() -> tuple[SuiteEntry, ...]:
+    """The distinct layers of ResNet-18, MobileNetV2 and a BERT-base encoder layer at batch 1,
+    imported from PyTorch (`mlirrl_jax.models.suite`; shipped as text, so no PyTorch is needed
+    to use them); all train programs, none equal to a test program of another suite."""
+    from mlirrl_jax.shipped import DATA
+
+    folder = DATA / "suites" / "models-v0"
+    index = json.loads((folder / "index.json").read_text())
+    return tuple(
+        SuiteEntry(
+            f"{SCHEME}models-v0/{item['name']}",
+            None,
+            item["model"],
+            f"{item['layer']} (x{item['count']} in the model)",
+            "train",
+            (folder / f"{item['name']}.mlir").read_text(),
+        )
+        for item in index
+    )
+
+
 _SUITES: dict[str, Callable[[], tuple[SuiteEntry, ...]]] = {
     "dl-v0": _dl_v0,
     "shapes-v0": _shapes_v0,
     "shapes-v1": _shapes_v1,
     "shapes-v2": _shapes_v2,
     "awkward-v0": _awkward_v0,
+    "models-v0": _models_v0,
 }
 
 

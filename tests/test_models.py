@@ -1,0 +1,206 @@
+"""Whole models: imported from PyTorch and ONNX with the real torch-mlir, cut into programs that
+the real pipeline compiles, and replayed against the model's own output on the same input."""
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch_mlir", reason="the models extra: pip install '.[models]'")
+torch = pytest.importorskip("torch")
+onnx = pytest.importorskip("onnx")
+
+from mlirrl_jax.models.cut import ModelError, cut_module  # noqa: E402
+from mlirrl_jax.models.execute import replay  # noqa: E402
+from mlirrl_jax.models.importer import ModelImport, import_model  # noqa: E402
+from mlirrl_jax.programs.ir import load_program  # noqa: E402
+
+ZOO = Path(__file__).parent.parent / "examples" / "models" / "zoo.py"
+pytestmark = pytest.mark.measures  # every import compiles and runs the cut programs
+
+
+def _model_file(tmp_path: Path, body: str, name: str = "net") -> str:
+    """A Python file with a factory `make` returning the module `body` defines as `Net`."""
+    path = tmp_path / f"{name}.py"
+    path.write_text("import torch\nfrom torch import nn\n\n" + textwrap.dedent(body))
+    return f"{path}:make"
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "mlirrl_jax.cli", *args], capture_output=True, text=True, timeout=600
+    )
+
+
+def test_a_small_pytorch_model_imports_into_programs_that_compute_it(tmp_path):
+    """Conv, bias, ReLU, linear: every layer a program `load_program` takes, and the programs
+    compiled and replayed in the model's order give PyTorch's own output."""
+    out = tmp_path / "small"
+    result = _cli("import-model", f"{ZOO}:small_net", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "agrees with the model's own output" in result.stdout
+    imported = ModelImport.load(out)
+    assert imported.check_ok and imported.check_error < 1e-5
+    assert all(layer.status == "program" for layer in imported.layers)
+    kinds = {kind for layer in imported.layers for kind in layer.ops}
+    assert {"conv_2d_nchw_fchw", "matmul"} <= kinds
+    for layer in imported.layers:  # each program on its own, as a user's file
+        program = load_program(out / layer.path)
+        assert program.ops and program.flops >= 0
+    assert imported.left_out == {"tensor.pad": 1}  # the convolution's padding, named
+    assert "tensor.pad" in (out / "report.md").read_text()
+
+
+def test_the_check_catches_a_program_that_computes_something_else(tmp_path):
+    """The replay is a real check: a layer whose program is changed no longer gives the
+    model's output."""
+    out = tmp_path / "small"
+    import_model(f"{ZOO}:small_net", out, say=lambda *_: None)
+    plan = json.loads((out / "steps.json").read_text())
+    weights = dict(np.load(out / "weights.npz"))
+    example, expected = np.load(out / "input.npy"), np.load(out / "output.npy")
+    from mlirrl_jax.measure.reference import evaluate
+
+    programs = {}
+
+    def run(name, operands, scale=1.0):
+        if name not in programs:
+            programs[name] = load_program(out / "layers" / f"{name}.mlir", name)
+        outputs = evaluate(programs[name], operands)
+        return [o.astype(np.float32) * (scale if "matmul" in name else 1.0) for o in outputs]
+
+    (good,) = replay(plan["steps"], {plan["inputs"][0]: example}, weights, plan["outputs"], run)
+    np.testing.assert_allclose(good, expected, rtol=1e-4, atol=1e-5)
+    (bad,) = replay(
+        plan["steps"],
+        {plan["inputs"][0]: example},
+        weights,
+        plan["outputs"],
+        lambda n, o: run(n, o, scale=1.01),
+    )
+    assert np.abs(bad - expected).max() > 1e-3
+
+
+def _onnx_model(path: Path) -> None:
+    """Conv (with bias), ReLU, flatten, Gemm: built with onnx.helper, random weights."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(1)
+    w = numpy_helper.from_array(rng.standard_normal((4, 2, 3, 3)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b")
+    fc = numpy_helper.from_array(rng.standard_normal((5, 4 * 6 * 6)).astype(np.float32), "fc")
+    fb = numpy_helper.from_array(rng.standard_normal(5).astype(np.float32), "fb")
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("Flatten", ["r"], ["f"]),
+        helper.make_node("Gemm", ["f", "fc", "fb"], ["y"], transB=1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "small",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])],
+        initializer=[w, b, fc, fb],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+
+
+def test_a_small_onnx_model_imports_into_programs_that_compute_it(tmp_path):
+    path = tmp_path / "small.onnx"
+    _onnx_model(path)
+    imported = import_model(str(path), tmp_path / "onnx", say=lambda *_: None)
+    assert imported.input_shape == [1, 2, 6, 6]  # the model's own
+    assert imported.check_ok, imported.check_error
+    kinds = {kind for layer in imported.layers for kind in layer.ops}
+    assert any(k.startswith("conv_2d") for k in kinds) and "matmul" in kinds
+
+
+def test_an_op_torch_mlir_cannot_lower_is_named(tmp_path):
+    source = _model_file(
+        tmp_path,
+        """
+        class Net(nn.Module):
+            def forward(self, x):
+                return torch.fft.rfft(x).abs()
+
+        def make():
+            return Net()
+        """,
+    )
+    with pytest.raises(ModelError, match="fft"):
+        import_model(source, tmp_path / "fft", input_shape=[4, 16], say=lambda *_: None)
+    assert not (tmp_path / "fft" / "model.json").exists()
+
+
+def test_a_model_beyond_the_environments_limits_is_cut_not_refused(tmp_path):
+    """Twelve linear layers (far more ops than one program may hold) and a nine-dimensional
+    element-wise layer (more loops than an op may have): every layer is kept; the one beyond
+    the limits is marked unscheduled, with the limit named, and still computes its part."""
+    source = _model_file(
+        tmp_path,
+        """
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.layers = nn.Sequential(*[nn.Linear(16, 16) for _ in range(12)])
+
+            def forward(self, x):
+                y = torch.relu(self.layers(x)).reshape(1, 2, 1, 2, 1, 2, 1, 2, 2)
+                return torch.tanh(y) * 2.0
+
+        def make():
+            torch.manual_seed(0)
+            return Net()
+        """,
+    )
+    imported = import_model(source, tmp_path / "deep", input_shape=[2, 16], say=lambda *_: None)
+    assert imported.check_ok, imported.check_error
+    assert imported.occurrences >= 12
+    statuses = {layer.status for layer in imported.layers}
+    assert statuses <= {"program", "unscheduled"} and "unscheduled" in statuses
+    beyond = [layer for layer in imported.layers if layer.status == "unscheduled"]
+    assert all("beyond the environment" in layer.reason for layer in beyond)
+    linear = [layer for layer in imported.layers if "matmul" in layer.ops]
+    assert sum(layer.count for layer in linear) == 12 and len(linear) < 12  # one shape, counted
+
+
+def test_a_bad_source_is_refused_by_name(tmp_path):
+    with pytest.raises(ModelError, match="no such file"):
+        import_model(str(tmp_path / "none.py") + ":make", tmp_path / "x")
+    with pytest.raises(ModelError, match="FILE.py:FACTORY"):
+        import_model("resnet18", tmp_path / "x")
+    with pytest.raises(ModelError, match="does not parse"):
+        cut_module("func.func @f(")
+
+
+@pytest.mark.trains
+def test_optimize_model_composes_the_layers_and_resumes(tmp_path):
+    """The small model optimized at one thread: composed times per method, PyTorch eager beside
+    them, the best schedules replayed against the model; a rerun measures nothing again."""
+    model, out = tmp_path / "small", tmp_path / "opt"
+    import_model(f"{ZOO}:small_net", model, say=lambda *_: None)
+    args = ["optimize-model", str(model), "--out", str(out), "--budget", "1"]
+    args += ["--run", "data/agent", "--no-compile", "--no-xla"]
+    result = _cli(*args)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    composed = summary["composed_ms"]["1"]
+    assert composed["agent"] > 0 and composed["unscheduled"] >= composed["agent"] * 0.5
+    assert summary["torch_ms"]["1"]["eager"] > 0
+    assert summary["replay_error"]["1"] < 1e-4
+    assert (out / "time_by_layer.png").stat().st_size > 1000
+    assert "PyTorch eager" in (out / "table.md").read_text()
+    rows = (out / "layers.jsonl").read_text()
+    assert len(rows.splitlines()) == len(ModelImport.load(model).layers)
+    (out / "summary.json").unlink()
+    again = _cli(*args)
+    assert again.returncode == 0, again.stderr
+    assert (out / "layers.jsonl").read_text() == rows  # resumed: nothing measured twice
+    assert (out / "summary.json").is_file()
