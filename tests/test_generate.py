@@ -375,7 +375,14 @@ def test_cnn_stage_shapes_suite_is_pinned_and_disjoint() -> None:
 def test_get_and_errors() -> None:
     entry = suites.suite()[0]
     assert suites.get(entry.uri) is entry
-    assert suites.list_suites() == ["dl-v0", "shapes-v0", "shapes-v1", "shapes-v2", "awkward-v0"]
+    assert suites.list_suites() == [
+        "dl-v0",
+        "shapes-v0",
+        "shapes-v1",
+        "shapes-v2",
+        "awkward-v0",
+        "models-v0",
+    ]
     with pytest.raises(suites.UnknownProgramError) as err:
         suites.get(entry.uri + "0")
     assert isinstance(err.value, KeyError)

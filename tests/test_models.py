@@ -122,21 +122,44 @@ def test_a_small_onnx_model_imports_into_programs_that_compute_it(tmp_path):
     assert any(k.startswith("conv_2d") for k in kinds) and "matmul" in kinds
 
 
+def test_an_op_the_project_cannot_take_is_named(tmp_path):
+    """A sort lowers to torch-mlir's own `tm_tensor.sort`, not Linalg: the import keeps the
+    rest, names the op in its report and says that the cut cannot be checked because of it."""
+    source = _model_file(
+        tmp_path,
+        """
+        class Net(nn.Module):
+            def forward(self, x):
+                return torch.relu(torch.sort(x, dim=-1).values)
+
+        def make():
+            return Net()
+        """,
+    )
+    result = _cli("import-model", source, "--out", str(tmp_path / "sort"), "--input-shape", "4,16")
+    assert result.returncode == 1, result.stderr  # imported, but not checked
+    assert "tm_tensor.sort" in result.stdout
+    imported = ModelImport.load(tmp_path / "sort")
+    assert imported.left_out == {"tm_tensor.sort": 1}
+    assert not imported.check_ok and "tm_tensor.sort" in imported.check_note
+    assert "tm_tensor.sort" in (tmp_path / "sort" / "report.md").read_text()
+
+
 def test_an_op_torch_mlir_cannot_lower_is_named(tmp_path):
     source = _model_file(
         tmp_path,
         """
         class Net(nn.Module):
             def forward(self, x):
-                return torch.fft.rfft(x).abs()
+                return torch.linalg.inv(x)
 
         def make():
             return Net()
         """,
     )
-    with pytest.raises(ModelError, match="fft"):
-        import_model(source, tmp_path / "fft", input_shape=[4, 16], say=lambda *_: None)
-    assert not (tmp_path / "fft" / "model.json").exists()
+    with pytest.raises(ModelError, match="the lowering failed: .*with_effects"):
+        import_model(source, tmp_path / "inv", input_shape=[4, 4], say=lambda *_: None)
+    assert not (tmp_path / "inv" / "model.json").exists()
 
 
 def test_a_model_beyond_the_environments_limits_is_cut_not_refused(tmp_path):

@@ -29,7 +29,8 @@ def register(sub) -> None:
         help="lower a PyTorch or ONNX model to Linalg and cut it into one program per layer",
     )
     p.add_argument(
-        "source", help="FILE.py:FACTORY (a function returning the module), torchvision:NAME or FILE.onnx"
+        "source",
+        help="FILE.py:FACTORY (a function returning the module), torchvision:NAME or FILE.onnx",
     )
     p.add_argument("--out", required=True, help="folder for the layers' programs and the report")
     p.add_argument(
@@ -89,7 +90,9 @@ def run_import(args) -> int:
             print(f"  {layer.name}: {layer.status}: {layer.reason}")
     for name, count in sorted(result.left_out.items()):
         print(f"  left out: {name} x{count}: {result.why_left_out[name]}")
-    if result.check_ok is not None:
+    if result.check_note:
+        print(f"the cut could not be checked against the model: {result.check_note}")
+    elif result.check_ok is not None:
         verdict = "agrees with" if result.check_ok else "DOES NOT agree with"
         print(f"the cut {verdict} the model's own output ({result.check_error:.1e} relative)")
     print(f"wrote {args.out}: model.json, report.md, layers/*.mlir")
@@ -116,8 +119,10 @@ def run_optimize(args) -> int:
             torch_compile=not args.no_compile,
             say=log.info,
         )
-    print((args.out.rstrip("/") + "/table.md:"))
+    print(args.out.rstrip("/") + "/table.md:")
     text = (__import__("pathlib").Path(args.out) / "table.md").read_text()
     print(text.split("\n## Layers")[0].rstrip())
-    print(f"machine {summary.machine_id}; wrote {args.out}: table.md, time_by_layer.png, summary.json")
+    print(
+        f"machine {summary.machine_id}; wrote {args.out}: table.md, time_by_layer.png, summary.json"
+    )
     return 0

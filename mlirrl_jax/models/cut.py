@@ -74,6 +74,7 @@ class Cut:
     inputs: list[str] = field(default_factory=list)
     input_shapes: list[list[int]] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)
+    literals: dict[str, np.ndarray] = field(default_factory=dict)  # large literal constants' bytes
 
 
 def _is_elementwise(op) -> bool:
@@ -128,8 +129,11 @@ def _group(op, max_ops: int, taken: set) -> list:
     return group
 
 
+SCALAR_CONSTANTS = {"arith.constant", "complex.constant"}
+
+
 def _scalar_constants(ops: list) -> list:
-    """The scalar `arith.constant`s the ops (and their regions) read from outside."""
+    """The scalar constants the ops (and their regions) read from outside."""
     found, inside = [], set()
 
     def visit(o):
@@ -137,7 +141,7 @@ def _scalar_constants(ops: list) -> list:
             owner = _producer(v)
             if (
                 owner is not None
-                and owner.operation.name == "arith.constant"
+                and owner.operation.name in SCALAR_CONSTANTS
                 and not isinstance(v.type, ir.RankedTensorType)
                 and owner.operation not in found
             ):
@@ -220,9 +224,12 @@ def _shape(value) -> list[int]:
     return list(ir.RankedTensorType(value.type).shape)
 
 
-def _constant_step(op, name: str) -> dict:
+LITERAL_IN_STEPS = 16  # a literal with more elements goes to the weights (`Cut.literals`)
+
+
+def _constant_step(op, name: str, cut: Cut) -> dict:
     """A tensor constant: a weight (`dense_resource`, read from the model's weights) or a
-    literal (its values kept, at most a few, as the lowering elides none that small)."""
+    literal (kept in the step when small, else with the weights under a name of its own)."""
     attr = op.attributes["value"]
     step = {"kind": "constant", "result": name, "shape": _shape(op.results[0])}
     step["dtype"] = str(ir.RankedTensorType(op.results[0].type).element_type)
@@ -230,7 +237,12 @@ def _constant_step(op, name: str) -> dict:
     if text.startswith("dense_resource<"):
         step["resource"] = text[len("dense_resource<") :].split(">", 1)[0]
     else:
-        step["values"] = np.array(ir.DenseElementsAttr(attr)).reshape(-1).tolist()
+        values = np.array(ir.DenseElementsAttr(attr))
+        if values.size <= LITERAL_IN_STEPS:
+            step["values"] = values.reshape(-1).tolist()
+        else:
+            step["resource"] = f"literal_{len(cut.literals)}"
+            cut.literals[step["resource"]] = np.ascontiguousarray(values).reshape(-1).view(np.uint8)
     return step
 
 
@@ -302,9 +314,9 @@ def cut_module(text: str, max_group: int = MAX_GROUP) -> Cut:
             if name == "func.return":
                 cut.outputs = [v.get_name(state) for v in op.operands]
                 continue
-            if name == "arith.constant":
+            if name in SCALAR_CONSTANTS:
                 if isinstance(op.results[0].type, ir.RankedTensorType):
-                    cut.steps.append(_constant_step(op, op.results[0].get_name(state)))
+                    cut.steps.append(_constant_step(op, op.results[0].get_name(state), cut))
                 continue
             if name in INIT:  # made again inside each program that reads it
                 cut.steps.append(_other_step(op, lambda v: v.get_name(state)))

@@ -103,7 +103,10 @@ def replay(
                 data = weights[step["resource"]].view(dtype).reshape(step["shape"])
             else:  # a literal: one value (a splat) or all of them
                 data = np.asarray(step["values"], dtype)
-                data = np.broadcast_to(data.reshape(-1)[0] if data.size == 1 else data.reshape(step["shape"]), step["shape"])
+                data = np.broadcast_to(
+                    data.reshape(-1)[0] if data.size == 1 else data.reshape(step["shape"]),
+                    step["shape"],
+                )
             values[step["result"]] = data
         elif kind == "tensor.empty":
             values[step["result"]] = np.zeros(step["shape"], np.float32)

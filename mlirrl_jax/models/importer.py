@@ -54,6 +54,7 @@ class ModelImport(Record):
     occurrences: int = 0  # layer computations in the model, counts included
     check_error: float | None = None  # the replay's largest relative difference
     check_ok: bool | None = None  # None: not checked
+    check_note: str | None = None  # why the replay could not run
     lower_s: float = 0.0
     versions: dict[str, str] = field(default_factory=dict)
 
@@ -101,9 +102,7 @@ def check_source(source: str) -> None:
         return
     path = source if source.endswith(".onnx") else source.rpartition(":")[0]
     if not source.endswith(".onnx") and (":" not in source or not path.endswith(".py")):
-        raise ModelError(
-            f"{source!r}: expected FILE.py:FACTORY, torchvision:NAME or FILE.onnx"
-        )
+        raise ModelError(f"{source!r}: expected FILE.py:FACTORY, torchvision:NAME or FILE.onnx")
     if not Path(path).is_file():
         raise ModelError(f"{path}: no such file")
 
@@ -165,11 +164,18 @@ def import_model(
     if input_shape is None and not source.endswith(".onnx"):
         input_shape = _default_shape(source)
         if input_shape is None:
-            raise ModelError(f"{source}: give the example input's shape (--input-shape 1,3,224,224)")
+            raise ModelError(
+                f"{source}: give the example input's shape (--input-shape 1,3,224,224)"
+            )
     out = Path(out)
     (out / "layers").mkdir(parents=True, exist_ok=True)
     lower_s = _lower(source, input_shape, out, say)
     cut = cut_module((out / "lowered.mlir").read_text(), max_group)
+    if cut.literals:  # weights the lowering printed as literals (an ONNX model's), beside the rest
+        weights = dict(np.load(out / "weights.npz")) | cut.literals
+        with open(out / "weights.npz.tmp", "wb") as f:
+            np.savez(f, **weights)
+        os.replace(out / "weights.npz.tmp", out / "weights.npz")
     for layer in cut.layers:
         layer.path = f"layers/{layer.name}.mlir"
         write_atomic(out / layer.path, cut.texts[layer.name])
@@ -197,8 +203,12 @@ def import_model(
         f"{sum(cut.left_out.values())} ops left out, {cut.views} views"
     )
     if check:
-        result.check_error = check_cut(out, say=say)
-        result.check_ok = result.check_error <= CHECK_RTOL
+        try:
+            result.check_error = check_cut(out, say=say)
+            result.check_ok = result.check_error <= CHECK_RTOL
+        except ModelError as exc:  # an op the replay cannot compute, a layer refused: named
+            result.check_ok, result.check_note = False, str(exc)
+            say(f"the cut could not be checked: {exc}")
     write_atomic(out / "report.md", report(result))
     write_atomic(out / "model.json", json.dumps(result.to_json(), indent=1))
     return result
@@ -209,7 +219,7 @@ def check_cut(out: str | os.PathLike, scripts: dict[str, str] | None = None, say
     schedule's script from `scripts`, else unscheduled); the largest difference from the model's
     own output, relative to its largest value."""
     from mlirrl_jax.models.execute import agreement, compiled_runner, replay
-    from mlirrl_jax.programs.ir import load_program
+    from mlirrl_jax.programs.ir import ProgramError, load_program
 
     out = Path(out)
     plan = json.loads((out / "steps.json").read_text())
@@ -217,14 +227,21 @@ def check_cut(out: str | os.PathLike, scripts: dict[str, str] | None = None, say
 
     def run_layer(name: str, operands):
         if name not in runners:
-            program = load_program(out / "layers" / f"{name}.mlir", name)
+            try:
+                program = load_program(out / "layers" / f"{name}.mlir", name)
+            except ProgramError as exc:
+                raise ModelError(
+                    f"layer {name} is not a program the project takes: {exc}"
+                ) from None
             runners[name] = compiled_runner(program, (scripts or {}).get(name))
         return runners[name](*operands)
 
     weights = dict(np.load(out / "weights.npz"))
     example = np.load(out / "input.npy")
     start = time.perf_counter()
-    (actual,) = replay(plan["steps"], {plan["inputs"][0]: example}, weights, plan["outputs"], run_layer)
+    (actual,) = replay(
+        plan["steps"], {plan["inputs"][0]: example}, weights, plan["outputs"], run_layer
+    )
     error = agreement(actual, np.load(out / "output.npy"))
     say(
         f"checked: the programs replayed in the model's order give its own output within "
@@ -242,7 +259,9 @@ def report(result: ModelImport) -> str:
         f"{len(result.layers)} distinct layers, {result.occurrences} layer computations in the "
         f"model; {result.views} views (no cost).",
     ]
-    if result.check_ok is not None:
+    if result.check_note:
+        lines.append(f"The cut could not be checked against the model: {result.check_note}")
+    elif result.check_ok is not None:
         verdict = "agrees with" if result.check_ok else "DOES NOT agree with"
         lines.append(
             f"The cut {verdict} the model's own output (largest relative difference "

@@ -6,7 +6,9 @@ process: this one writes the module as text, and the project's parser reads that
 
 A request names the model (`source`: "torchvision:NAME", "FILE.py:FACTORY" or "FILE.onnx") and
 its example input shape (`input_shape`; an ONNX model's own shapes where omitted). Weights
-(`dense_resource` blobs) go to `weights.npz`, out of the text: the programs cut from it take
+(`dense_resource` blobs) go to `weights.npz`, out of the text, which is printed in MLIR's
+generic form, so that an op of a dialect the pinned bindings lack (torch-mlir's `tm_tensor`)
+still parses, to be named: the programs cut from it take
 them as arguments, and `models.execute` reads them to check the cut against the model's own
 output.
 """
@@ -20,8 +22,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-
-ELIDE_ABOVE = 16  # constants with more elements are printed elided
 
 
 def torch_module(source: str):
@@ -62,13 +62,17 @@ def lower_torch(source: str, input_shape: list[int]) -> tuple[str, np.ndarray, n
         module = fx.export_and_import(
             model, torch.from_numpy(example), output_type="linalg-on-tensors", func_name="forward"
         )
-    return module.operation.get_asm(large_elements_limit=ELIDE_ABOVE), example, output
+    return module.operation.get_asm(print_generic_op_form=True), example, output
 
 
 def lower_onnx(path: str, input_shape: list[int] | None) -> tuple[str, np.ndarray, np.ndarray]:
     import onnx
     from torch_mlir import ir
-    from torch_mlir.compiler_utils import OutputType, lower_mlir_module, run_pipeline_with_repro_report
+    from torch_mlir.compiler_utils import (
+        OutputType,
+        lower_mlir_module,
+        run_pipeline_with_repro_report,
+    )
     from torch_mlir.dialects import torch as torch_d
     from torch_mlir.extras import onnx_importer
 
@@ -101,7 +105,7 @@ def lower_onnx(path: str, input_shape: list[int] | None) -> tuple[str, np.ndarra
         "ONNX to the torch backend",
     )
     lowered = lower_mlir_module(False, OutputType.LINALG_ON_TENSORS, module)
-    return lowered.operation.get_asm(large_elements_limit=ELIDE_ABOVE), example, output
+    return lowered.operation.get_asm(print_generic_op_form=True), example, output
 
 
 def split_resources(text: str) -> tuple[str, dict[str, np.ndarray]]:

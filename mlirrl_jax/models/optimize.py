@@ -28,73 +28,19 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlirrl_jax.errors import Error
 from mlirrl_jax.models.importer import ModelImport
-from mlirrl_jax.records import Record
+from mlirrl_jax.models.rows import LayerRow, ModelSummary, append_row, read_rows
 from mlirrl_jax.runfolder import write_atomic
 
 log = logging.getLogger("mlirrl_jax.models")
-METHODS = ("unscheduled", "heuristic", "agent", "xla")
 TORCH_TIMEOUT_S = 1200.0
 
 
 class ModelOptimizeError(Error, ValueError):
     """Settings `optimize_model` cannot take, or a folder holding another model's run."""
-
-
-@dataclass
-class LayerRow(Record):
-    """One distinct layer at one thread count: each method's verified median time (ms)."""
-
-    layer: str
-    threads: int
-    count: int
-    flops: int | None
-    unscheduled_ms: float | None = None
-    heuristic_ms: float | None = None
-    agent_ms: float | None = None  # the best verified of the agent's proposals
-    agent_source: str | None = None
-    xla_ms: float | None = None  # None: no exact JAX translation, or it failed
-    failures: list[str] = field(default_factory=list)  # "source: status" of failed candidates
-    measured: int = 0
-
-
-@dataclass
-class ModelSummary(Record):
-    """The model's composed times per thread count and method, with PyTorch's."""
-
-    model: str
-    machine_id: str
-    budget: int
-    threads: list[int]
-    composed_ms: dict[str, dict[str, float]]  # threads -> method -> ms
-    torch_ms: dict[str, dict[str, float]]  # threads -> eager / compile -> ms
-    missing: dict[str, dict[str, int]]  # threads -> method -> layers it has no time for
-    replay_error: dict[str, float]  # threads -> the best schedules' replay vs the model
-    leaves_out: list[str]
-    layers: int
-    occurrences: int
-
-
-def _rows(path: Path) -> list[dict]:
-    """The whole rows of a JSONL file; a last line a kill cut short is dropped from the file."""
-    if not path.is_file():
-        return []
-    data = path.read_bytes()
-    whole = data.rfind(b"\n") + 1
-    if whole < len(data):
-        os.truncate(path, whole)
-    return [json.loads(line) for line in data[:whole].decode().splitlines() if line.strip()]
-
-
-def _append(path: Path, row: dict) -> None:
-    with open(path, "a") as f:
-        f.write(json.dumps(row) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
 
 
 def _ms(m) -> float | None:
@@ -219,7 +165,11 @@ def optimize_model(
     machine = machine_fingerprint()["machine_id"]
     out.mkdir(parents=True, exist_ok=True)
     settings = {"model": str(model_dir.resolve()), "source": imported.source, "budget": budget}
-    settings |= {"machine_id": machine, "seed": seed, "agents": {t: str(r) for t, r in runs.items()}}
+    settings |= {
+        "machine_id": machine,
+        "seed": seed,
+        "agents": {t: str(r) for t, r in runs.items()},
+    }
     settings = json.loads(json.dumps(settings))
     recorded = out / "settings.json"
     if recorded.is_file() and json.loads(recorded.read_text()) != settings:
@@ -230,28 +180,34 @@ def optimize_model(
     layers = [layer for layer in imported.layers if layer.status != "refused"]
     programs = {layer.name: load_program(model_dir / layer.path, layer.name) for layer in layers}
     rows_path = out / "layers.jsonl"
-    done = {(r["layer"], r["threads"]) for r in _rows(rows_path)}
+    done = {(r["layer"], r["threads"]) for r in read_rows(rows_path)}
     method = TimingMethod(seed=seed)
     for t in threads:
         todo = [layer for layer in layers if (layer.name, t) not in done]
         if not todo:
             continue
-        proposals = _proposals(runs[t], [programs[l.name] for l in todo if l.status == "program"], budget, seed, t, say)
+        schedulable = [programs[layer.name] for layer in todo if layer.status == "program"]
+        proposals = _proposals(runs[t], schedulable, budget, seed, t, say)
         (out / "schedules" / str(t)).mkdir(parents=True, exist_ok=True)
         started = time.perf_counter()
         limits = {"mem_limit_mb": mem_limit_mb} if mem_limit_mb else {}
         with Runner(timeout_s, **limits) as runner:
             for i, layer in enumerate(todo, 1):
                 row, best = _measure_layer(
-                    runner, programs[layer.name], layer.count, t,
-                    proposals.get(layer.name), method, xla,
+                    runner,
+                    programs[layer.name],
+                    layer.count,
+                    t,
+                    proposals.get(layer.name),
+                    method,
+                    xla,
                 )
                 if best is not None:
                     write_atomic(
                         out / "schedules" / str(t) / f"{layer.name}.json",
                         json.dumps(best.to_json()),
                     )
-                _append(rows_path, row.to_json())
+                append_row(rows_path, row.to_json())
                 rate = i / (time.perf_counter() - started)
                 say(
                     f"  [{t} thread(s)] {i}/{len(todo)} {layer.name} x{layer.count}: "
@@ -260,12 +216,15 @@ def optimize_model(
                     f"ETA {(len(todo) - i) / rate:.0f} s"
                 )
     torch_path = out / "torch.jsonl"
-    timed = {r["threads"] for r in _rows(torch_path)}
+    timed = {r["threads"] for r in read_rows(torch_path)}
     if torch_baselines and not imported.source.endswith(".onnx"):
         for t in threads:
             if t not in timed:
                 say(f"timing PyTorch eager and torch.compile at {t} thread(s)")
-                _append(torch_path, _torch_times(imported.source, imported.input_shape, t, torch_compile))
+                append_row(
+                    torch_path,
+                    _torch_times(imported.source, imported.input_shape, t, torch_compile),
+                )
     replay = _check(model_dir, out, list(threads), imported)
     from mlirrl_jax.models.report import write_report
 

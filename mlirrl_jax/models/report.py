@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from mlirrl_jax.models.importer import ModelImport
+from mlirrl_jax.models.rows import METHODS, ModelSummary, read_rows
 from mlirrl_jax.runfolder import write_atomic
 
 LEAVES_OUT = [
@@ -17,10 +18,8 @@ LEAVES_OUT = [
 
 
 def _rows_by_threads(out: Path) -> dict[int, list[dict]]:
-    from mlirrl_jax.models.optimize import _rows
-
     by: dict[int, list[dict]] = {}
-    for row in _rows(out / "layers.jsonl"):
+    for row in read_rows(out / "layers.jsonl"):
         by.setdefault(row["threads"], []).append(row)
     return by
 
@@ -28,8 +27,6 @@ def _rows_by_threads(out: Path) -> dict[int, list[dict]]:
 def compose(rows: list[dict]) -> tuple[dict[str, float], dict[str, int]]:
     """Each method's model time (ms, counts weighted) and the layers it has no time for (those
     are counted at the agent's time, so that the sums cover the same layers)."""
-    from mlirrl_jax.models.optimize import METHODS
-
     totals, missing = {}, {}
     for method in METHODS:
         total, lacking = 0.0, 0
@@ -44,10 +41,8 @@ def compose(rows: list[dict]) -> tuple[dict[str, float], dict[str, int]]:
 
 
 def write_report(out: Path, imported: ModelImport, settings: dict, threads, replay: dict):
-    from mlirrl_jax.models.optimize import ModelSummary, _rows
-
     by = _rows_by_threads(out)
-    torch = {str(r["threads"]): r for r in _rows(out / "torch.jsonl")}
+    torch = {str(r["threads"]): r for r in read_rows(out / "torch.jsonl")}
     composed, missing, torch_ms = {}, {}, {}
     for t in threads:
         composed[str(t)], missing[str(t)] = compose(by.get(t, []))
@@ -87,7 +82,9 @@ def table(summary, by: dict[int, list[dict]], torch: dict) -> str:
         eager = p.get("eager")
         ratio = f"{eager / c['agent']:.2f}x" if eager and c["agent"] else "-"
         failed = torch.get(str(t), {}).get("compile_failed")
-        compiled = f"{p['compile']:.2f}" if "compile" in p else f"failed: {failed}" if failed else "-"
+        compiled = (
+            f"{p['compile']:.2f}" if "compile" in p else f"failed: {failed}" if failed else "-"
+        )
         lines.append(
             f"| {t} | {c['unscheduled']:.2f} | {c['heuristic']:.2f} | {c['agent']:.2f} | "
             f"{c['xla']:.2f} | {f'{eager:.2f}' if eager else '-'} | {compiled} | {ratio} | "
@@ -147,7 +144,13 @@ def plot(path: Path, by: dict[int, list[dict]], title: str) -> None:
             [("heuristic", "tab:gray"), ("agent", "tab:blue"), ("xla", "tab:orange")]
         ):
             values = [r["count"] * (r[f"{method}_ms"] or 0) for r in rows]
-            ax.barh([i + 0.27 * (k - 1) for i in range(len(rows))], values, 0.27, label=method, color=colour)
+            ax.barh(
+                [i + 0.27 * (k - 1) for i in range(len(rows))],
+                values,
+                0.27,
+                label=method,
+                color=colour,
+            )
         ax.set_yticks(range(len(rows)), names, fontsize=7)
         ax.set_xlabel("ms in the model (count x layer time)")
         ax.set_title(f"{t} thread(s)")

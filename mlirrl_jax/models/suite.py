@@ -52,6 +52,14 @@ def build_suite(imports: dict[str, str | os.PathLike], out: str | os.PathLike) -
             seen.add(program.hash)
             name = f"{model}_{layer.name}"
             write_atomic(out / f"{name}.mlir", text)
-            index.append({"name": name, "model": model, "layer": layer.name, "count": layer.count})
+            index.append(
+                {
+                    "name": name,
+                    "model": model,
+                    "layer": layer.name,
+                    "count": layer.count,
+                    "flops": program.flops,
+                }
+            )
     write_atomic(out / "index.json", json.dumps(index, indent=1))
     return index

@@ -81,6 +81,7 @@ class SuiteEntry:
     layer: str  # the source layer, and how it was scaled down if it was
     split: str  # "train" or "test"
     source: str | None = None  # the program's text, where there is no spec
+    source_flops: int | None = None  # and its FLOPs, recorded when the suite was built
 
     @property
     def name(self) -> str:
@@ -92,11 +93,7 @@ class SuiteEntry:
 
     @property
     def flops(self) -> int:
-        if self.spec is None:
-            from mlirrl_jax.programs.ir import parse_program
-
-            return parse_program(self.text, self.uri).flops
-        return flops(self.spec)
+        return flops(self.spec) if self.spec is not None else self.source_flops
 
     @property
     def text(self) -> str:
@@ -367,6 +364,7 @@ def _models_v0() -> tuple[SuiteEntry, ...]:
             f"{item['layer']} (x{item['count']} in the model)",
             "train",
             (folder / f"{item['name']}.mlir").read_text(),
+            item["flops"],
         )
         for item in index
     )

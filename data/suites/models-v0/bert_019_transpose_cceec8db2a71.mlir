@@ -1,0 +1,7 @@
+module {
+  func.func @layer(%arg0: tensor<3072x768xf32>) -> tensor<768x3072xf32> {
+    %0 = tensor.empty() : tensor<768x3072xf32>
+    %transposed = linalg.transpose ins(%arg0 : tensor<3072x768xf32>) outs(%0 : tensor<768x3072xf32>) permutation = [1, 0] 
+    return %transposed : tensor<768x3072xf32>
+  }
+}

@@ -1,0 +1,13 @@
+#map = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+#map1 = affine_map<(d0, d1, d2, d3) -> (d1, 0, 0)>
+module {
+  func.func @layer(%arg0: tensor<1x320x7x7xf32>, %arg1: tensor<320x1x1xf32>) -> tensor<1x320x7x7xf32> {
+    %0 = tensor.empty() : tensor<1x320x7x7xf32>
+    %1 = linalg.generic {indexing_maps = [#map, #map1, #map], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%arg0, %arg1 : tensor<1x320x7x7xf32>, tensor<320x1x1xf32>) outs(%0 : tensor<1x320x7x7xf32>) {
+    ^bb0(%in: f32, %in_0: f32, %out: f32):
+      %2 = arith.addf %in, %in_0 : f32
+      linalg.yield %2 : f32
+    } -> tensor<1x320x7x7xf32>
+    return %1 : tensor<1x320x7x7xf32>
+  }
+}

@@ -1,0 +1,25 @@
+#map = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+#map1 = affine_map<(d0, d1, d2, d3) -> (d1, 0, 0)>
+module {
+  func.func @layer(%arg0: tensor<1x256x14x14xf32>, %arg1: tensor<256x1x1xf32>, %arg2: tensor<1x256x14x14xf32>) -> tensor<1x256x14x14xf32> {
+    %cst = arith.constant 0.000000e+00 : f32
+    %0 = tensor.empty() : tensor<1x256x14x14xf32>
+    %1 = linalg.generic {indexing_maps = [#map, #map1, #map], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%arg0, %arg1 : tensor<1x256x14x14xf32>, tensor<256x1x1xf32>) outs(%0 : tensor<1x256x14x14xf32>) {
+    ^bb0(%in: f32, %in_0: f32, %out: f32):
+      %4 = arith.addf %in, %in_0 : f32
+      linalg.yield %4 : f32
+    } -> tensor<1x256x14x14xf32>
+    %2 = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%1, %arg2 : tensor<1x256x14x14xf32>, tensor<1x256x14x14xf32>) outs(%0 : tensor<1x256x14x14xf32>) {
+    ^bb0(%in: f32, %in_0: f32, %out: f32):
+      %4 = arith.addf %in, %in_0 : f32
+      linalg.yield %4 : f32
+    } -> tensor<1x256x14x14xf32>
+    %3 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%2 : tensor<1x256x14x14xf32>) outs(%0 : tensor<1x256x14x14xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %4 = arith.cmpf ugt, %in, %cst : f32
+      %5 = arith.select %4, %in, %cst : f32
+      linalg.yield %5 : f32
+    } -> tensor<1x256x14x14xf32>
+    return %3 : tensor<1x256x14x14xf32>
+  }
+}
