@@ -43,7 +43,7 @@ from mlirrl_jax.schedule import (
     Schedule,
     Transform,
 )
-from mlirrl_jax.transform import packable_inputs, window_loops
+from mlirrl_jax.transform import decomposable, packable_inputs, window_loops
 
 VERSIONS = (1, 2, 3, 4, 5)
 DEFAULT_VERSION = 5
@@ -219,6 +219,8 @@ def row_vectorized(op: LinalgOp, width: int | None = None) -> list[Transform]:
     row = _output_loops(op)[-1]
     sizes[row] = width if width and op.loops[row].extent > width else 0
     steps = [Transform(TILE, tuple(sizes))]
+    if window_loops(op) and not decomposable(op):
+        return steps  # a window no 1-D op takes (depthwise NCHW) does not vectorize: tiled
     if window_loops(op):
         steps.append(Transform(DECOMPOSE))
     return [*steps, Transform(VECTORIZE)]
@@ -281,6 +283,8 @@ def op_schedule(
     steps.append(Transform(TILE, reg))
     if pack:  # the filter's tile, packed per cache tile, before the window decomposes
         steps.append(Transform(PACK))
+    if window_loops(op) and not decomposable(op):
+        return steps  # a window no 1-D op takes (depthwise NCHW) does not vectorize: tiled
     if window_loops(op):
         steps.append(Transform(DECOMPOSE))
     steps.append(Transform(VECTORIZE))

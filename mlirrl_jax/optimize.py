@@ -49,7 +49,7 @@ class OptimizeError(Error, ValueError):
     """Input `optimize` cannot take (no agent, a program beyond the environment's limits)."""
 
 
-def _evolutionary(program, agent, runner, threads, method, base, budget, seed, say) -> list:
+def evolutionary_trials(program, agent, runner, threads, method, base, budget, seed, say) -> list:
     """The evolutionary search's trials as (source, measurement, predicted speedup), from the
     agent's surrogate (the analytic stand-in has nothing to fine-tune: refused)."""
     from mlirrl_jax.search import EvolutionarySearch, EvolutionConfig
@@ -169,7 +169,7 @@ def optimize(
                 f"{origin}): {m.summary()}{'' if m.verified or not m.ok else ' NOT VERIFIED'}"
             )
         if search == "evolutionary":
-            measured += _evolutionary(
+            measured += evolutionary_trials(
                 program, agent, runner, threads, method, base, search_budget, seed, say
             )
     good = [(name, m) for name, m, _ in measured if m.ok and m.verified and m.median_s]

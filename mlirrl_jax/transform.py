@@ -72,6 +72,29 @@ def window_loops(op: LinalgOp) -> list[tuple[int, int]]:
     return pairs
 
 
+# the named sliding-window ops MLIR's `transform.structured.decompose` turns into 1-D ones (a
+# depthwise NCHW convolution has no 1-D form there)
+DECOMPOSABLE = frozenset(
+    {
+        "linalg.conv_2d_nhwc_hwcf",
+        "linalg.conv_2d_nchw_fchw",
+        "linalg.depthwise_conv_2d_nhwc_hwc",
+        "linalg.pooling_nhwc_sum",
+        "linalg.pooling_nhwc_max",
+        "linalg.pooling_nhwc_min",
+        "linalg.pooling_nhwc_max_unsigned",
+        "linalg.pooling_nhwc_min_unsigned",
+        "linalg.pooling_nchw_sum",
+        "linalg.pooling_nchw_max",
+    }
+)
+
+
+def decomposable(op: LinalgOp) -> bool:
+    """Whether `decompose` can turn the op's 2-D window into a 1-D one (then it vectorizes)."""
+    return op.name in DECOMPOSABLE and bool(window_loops(op))
+
+
 def _single_loops(access) -> list[int] | None:
     """The loop indexing each dimension of an operand, or None if a dimension is not one loop
     (a sliding window, a constant)."""

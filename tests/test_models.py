@@ -206,11 +206,13 @@ def test_a_bad_source_is_refused_by_name(tmp_path):
 @pytest.mark.trains
 def test_optimize_model_composes_the_layers_and_resumes(tmp_path):
     """The small model optimized at one thread: composed times per method, PyTorch eager beside
-    them, the best schedules replayed against the model; a rerun measures nothing again."""
+    them, the search on the heaviest layer, the best schedules replayed against the model; a
+    rerun measures nothing again."""
     model, out = tmp_path / "small", tmp_path / "opt"
     import_model(f"{ZOO}:small_net", model, say=lambda *_: None)
     args = ["optimize-model", str(model), "--out", str(out), "--budget", "1"]
-    args += ["--run", "data/agent", "--no-compile", "--no-xla"]
+    args += ["--run", "data/agent", "--no-compile", "--no-xla", "--search-top", "1"]
+    args += ["--search-budget", "2"]
     result = _cli(*args)
     assert result.returncode == 0, result.stderr
     summary = json.loads((out / "summary.json").read_text())
@@ -221,7 +223,10 @@ def test_optimize_model_composes_the_layers_and_resumes(tmp_path):
     assert (out / "time_by_layer.png").stat().st_size > 1000
     assert "PyTorch eager" in (out / "table.md").read_text()
     rows = (out / "layers.jsonl").read_text()
-    assert len(rows.splitlines()) == len(ModelImport.load(model).layers)
+    searched = [json.loads(line) for line in rows.splitlines() if json.loads(line)["searched"]]
+    assert len(searched) == 1  # the heaviest layer, in a row after its first
+    assert searched[0]["tuned_ms"] <= searched[0]["agent_ms"]
+    assert len(rows.splitlines()) == len(ModelImport.load(model).layers) + 1
     (out / "summary.json").unlink()
     again = _cli(*args)
     assert again.returncode == 0, again.stderr

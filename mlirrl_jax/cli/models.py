@@ -62,6 +62,16 @@ def register(sub) -> None:
     p.add_argument("--no-xla", action="store_true", help="skip XLA:CPU on the layers")
     p.add_argument("--no-torch", action="store_true", help="skip PyTorch eager and torch.compile")
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile only")
+    p.add_argument(
+        "--search-top",
+        type=int,
+        default=0,
+        help="also run the evolutionary search on this many layers that take most of the "
+        "model's time (0: none)",
+    )
+    p.add_argument(
+        "--search-budget", type=POSITIVE_INT, default=32, help="measurements per searched layer"
+    )
     add_worker_options(p)
     p.set_defaults(func=run_optimize)
 
@@ -117,6 +127,8 @@ def run_optimize(args) -> int:
             xla=not args.no_xla,
             torch_baselines=not args.no_torch,
             torch_compile=not args.no_compile,
+            search_top=args.search_top,
+            search_budget=args.search_budget,
             say=log.info,
         )
     print(args.out.rstrip("/") + "/table.md:")

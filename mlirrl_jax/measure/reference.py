@@ -52,9 +52,10 @@ def random_inputs(program: Program, seed: int) -> list[np.ndarray]:
     for t in program.inputs:
         dtype = NUMPY_TYPES[t.element_type]
         if np.issubdtype(dtype, np.floating):
-            arrays.append((rng.random(t.shape, dtype=np.float32) * 2 - 1).astype(dtype))
+            values = rng.random(t.shape, dtype=np.float32) * 2 - 1
         else:
-            arrays.append(rng.integers(-8, 8, size=t.shape).astype(dtype))
+            values = rng.integers(-8, 8, size=t.shape)
+        arrays.append(np.asarray(values, dtype=dtype))  # a rank-0 tensor too: an array
     return arrays
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from mlirrl_jax.errors import Error
 from mlirrl_jax.models.importer import ModelImport
-from mlirrl_jax.models.rows import LayerRow, ModelSummary, append_row, read_rows
+from mlirrl_jax.models.rows import LayerRow, ModelSummary, append_row, latest, read_rows
 from mlirrl_jax.runfolder import write_atomic
 
 log = logging.getLogger("mlirrl_jax.models")
@@ -146,9 +146,13 @@ def optimize_model(
     xla: bool = True,
     torch_baselines: bool = True,
     torch_compile: bool = True,
+    search_top: int = 0,
+    search_budget: int = 32,
     say=log.info,
 ) -> ModelSummary:
-    """Optimize the model imported in `model_dir` into `out` (see the module's documentation)."""
+    """Optimize the model imported in `model_dir` into `out` (see the module's documentation).
+    `search_top` > 0: the evolutionary search (`search_budget` measurements) also runs on that
+    many layers that take most of the model's time by the agent's schedules, per thread count."""
     from mlirrl_jax.adopted import default_agent_run
     from mlirrl_jax.measure.fingerprint import machine_fingerprint
     from mlirrl_jax.measure.runner import Runner
@@ -182,6 +186,7 @@ def optimize_model(
     rows_path = out / "layers.jsonl"
     done = {(r["layer"], r["threads"]) for r in read_rows(rows_path)}
     method = TimingMethod(seed=seed)
+    limits = {"mem_limit_mb": mem_limit_mb} if mem_limit_mb else {}
     for t in threads:
         todo = [layer for layer in layers if (layer.name, t) not in done]
         if not todo:
@@ -190,7 +195,6 @@ def optimize_model(
         proposals = _proposals(runs[t], schedulable, budget, seed, t, say)
         (out / "schedules" / str(t)).mkdir(parents=True, exist_ok=True)
         started = time.perf_counter()
-        limits = {"mem_limit_mb": mem_limit_mb} if mem_limit_mb else {}
         with Runner(timeout_s, **limits) as runner:
             for i, layer in enumerate(todo, 1):
                 row, best = _measure_layer(
@@ -215,6 +219,19 @@ def optimize_model(
                     f"agent {_fmt(row.agent_ms)}, XLA {_fmt(row.xla_ms)} ms; "
                     f"ETA {(len(todo) - i) / rate:.0f} s"
                 )
+    for t in threads if search_top else ():
+        _search_heaviest(
+            out,
+            programs,
+            t,
+            runs[t],
+            search_top,
+            search_budget,
+            method,
+            seed,
+            Runner(timeout_s, **limits),
+            say,
+        )
     torch_path = out / "torch.jsonl"
     timed = {r["threads"] for r in read_rows(torch_path)}
     if torch_baselines and not imported.source.endswith(".onnx"):
@@ -229,6 +246,47 @@ def optimize_model(
     from mlirrl_jax.models.report import write_report
 
     return write_report(out, imported, settings, list(threads), replay)
+
+
+def _search_heaviest(out, programs, threads, run, top, budget, method, seed, runner, say):
+    """The evolutionary search on the `top` layers that take most of the model's time; each
+    searched layer gets a new row (its best of the agent's and the search's)."""
+    from mlirrl_jax.agent.agent import Agent
+    from mlirrl_jax.optimize import evolutionary_trials
+    from mlirrl_jax.schedule import Schedule
+
+    rows = [
+        r
+        for (_, t), r in latest(read_rows(out / "layers.jsonl")).items()
+        if t == threads and r["layer"] in programs and r["agent_source"] != "unscheduled"
+    ]
+    rows.sort(key=lambda r: -(r["count"] * (r["agent_ms"] or 0)))
+    todo = [r for r in rows[:top] if not r.get("searched")]
+    if not todo:
+        return
+    agent = Agent.load(run)
+    with runner:
+        for i, first in enumerate(todo, 1):
+            row = LayerRow.from_json(first)
+            program = programs[row.layer]
+            say(f"[{threads} thread(s)] search {i}/{len(todo)}: {row.layer} x{row.count}")
+            base = runner.measure(program, None, threads=1, method=method)
+            trials = evolutionary_trials(
+                program, agent, runner, threads, method, base, budget, seed, say
+            )
+            good = [(_ms(m), source, m) for source, m, _ in trials if _ms(m) is not None]
+            row.searched, row.measured = True, row.measured + 1 + len(trials)
+            if good:
+                ms, source, m = min(good, key=lambda g: g[0])
+                row.search_ms = ms
+                if row.agent_ms is None or ms < row.agent_ms:
+                    row.tuned_ms, row.tuned_source = ms, source
+                    write_atomic(
+                        out / "schedules" / str(threads) / f"{row.layer}.json",
+                        json.dumps(Schedule.from_json(m.schedule).to_json()),
+                    )
+            append_row(out / "layers.jsonl", row.to_json())
+            say(f"  search best {_fmt(row.search_ms)} ms against the agent's {_fmt(row.agent_ms)}")
 
 
 def _proposals(run: Path, programs: list, budget: int, seed: int, threads: int, say) -> dict:

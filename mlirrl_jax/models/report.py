@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from mlirrl_jax.models.importer import ModelImport
-from mlirrl_jax.models.rows import METHODS, ModelSummary, read_rows
+from mlirrl_jax.models.rows import METHODS, LayerRow, ModelSummary, latest, read_rows
 from mlirrl_jax.runfolder import write_atomic
 
 LEAVES_OUT = [
@@ -19,14 +19,16 @@ LEAVES_OUT = [
 
 def _rows_by_threads(out: Path) -> dict[int, list[dict]]:
     by: dict[int, list[dict]] = {}
-    for row in read_rows(out / "layers.jsonl"):
+    for row in latest(read_rows(out / "layers.jsonl")).values():
+        row = LayerRow.from_json(row).to_json()  # rows of older runs gain the tuned time
         by.setdefault(row["threads"], []).append(row)
     return by
 
 
 def compose(rows: list[dict]) -> tuple[dict[str, float], dict[str, int]]:
-    """Each method's model time (ms, counts weighted) and the layers it has no time for (those
-    are counted at the agent's time, so that the sums cover the same layers)."""
+    """Each method's model time (ms, counts weighted) and the layers it has no time for: those
+    are counted at the agent's time, so that the sums cover the same layers, and a layer no
+    schedule of the agent's verified on (nor unscheduled) is left out of every sum alike."""
     totals, missing = {}, {}
     for method in METHODS:
         total, lacking = 0.0, 0
@@ -68,54 +70,66 @@ def write_report(out: Path, imported: ModelImport, settings: dict, threads, repl
 
 
 def table(summary, by: dict[int, list[dict]], torch: dict) -> str:
+    searched = any(r["searched"] for rows in by.values() for r in rows)
+    best = "tuned" if searched else "agent"
     lines = [
         f"# {summary.model} on machine {summary.machine_id} (agent budget {summary.budget})",
         "",
         "## The whole model (ms; layers composed by their counts)",
         "",
-        "| threads | unscheduled | heuristic | agent | XLA:CPU (layers) | PyTorch eager | "
-        "torch.compile | agent / eager | best schedules' output vs the model |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| threads | unscheduled | heuristic | agent | "
+        + ("agent + search | " if searched else "")
+        + "XLA:CPU (layers) | PyTorch eager | torch.compile | eager / ours | "
+        "best schedules' output vs the model |",
+        "|---|---|---|---|---|---|---|---|---|" + ("---|" if searched else ""),
     ]
     for t in summary.threads:
         c, p = summary.composed_ms[str(t)], summary.torch_ms.get(str(t), {})
         eager = p.get("eager")
-        ratio = f"{eager / c['agent']:.2f}x" if eager and c["agent"] else "-"
+        ratio = f"{eager / c[best]:.2f}x" if eager and c[best] else "-"
         failed = torch.get(str(t), {}).get("compile_failed")
         compiled = (
             f"{p['compile']:.2f}" if "compile" in p else f"failed: {failed}" if failed else "-"
         )
         lines.append(
             f"| {t} | {c['unscheduled']:.2f} | {c['heuristic']:.2f} | {c['agent']:.2f} | "
-            f"{c['xla']:.2f} | {f'{eager:.2f}' if eager else '-'} | {compiled} | {ratio} | "
+            + (f"{c['tuned']:.2f} | " if searched else "")
+            + f"{c['xla']:.2f} | {f'{eager:.2f}' if eager else '-'} | {compiled} | {ratio} | "
             f"{summary.replay_error.get(str(t), float('nan')):.1e} |"
         )
     for t in summary.threads:
         m = {k: v for k, v in summary.missing[str(t)].items() if v}
         if m:
             lines.append(
-                f"\nAt {t} thread(s), layers with no time of a method, counted at the agent's: "
+                f"\nAt {t} thread(s), layers with no verified time of a method, counted at the "
+                "agent's (or, with none of the agent's either, left out of every sum alike): "
                 + ", ".join(f"{k} {v}" for k, v in m.items())
             )
     lines += ["", "A composed time leaves out: " + "; ".join(summary.leaves_out) + ".", ""]
     for t in summary.threads:
-        rows = sorted(by.get(t, []), key=lambda r: -(r["count"] * (r["agent_ms"] or 0)))
-        total = sum(r["count"] * (r["agent_ms"] or 0) for r in rows) or 1.0
+        rows = sorted(by.get(t, []), key=lambda r: -(r["count"] * (r["tuned_ms"] or 0)))
+        total = sum(r["count"] * (r["tuned_ms"] or 0) for r in rows) or 1.0
         lines += [
-            f"## Layers at {t} thread(s), by the agent's share of the model's time",
+            f"## Layers at {t} thread(s), by their share of the model's time",
             "",
-            "| layer | count | MFLOP | unscheduled | heuristic | agent | XLA | agent / heuristic "
-            "| agent / XLA | share | best |",
-            "|---|---|---|---|---|---|---|---|---|---|---|",
+            "| layer | count | MFLOP | unscheduled | heuristic | agent | search | XLA | "
+            "ours / heuristic | ours / XLA | share | best |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in rows:
             lines.append(
                 f"| {r['layer']} | {r['count']} | {(r['flops'] or 0) / 1e6:.1f} | "
                 f"{_f(r['unscheduled_ms'])} | {_f(r['heuristic_ms'])} | {_f(r['agent_ms'])} | "
-                f"{_f(r['xla_ms'])} | {_ratio(r['heuristic_ms'], r['agent_ms'])} | "
-                f"{_ratio(r['xla_ms'], r['agent_ms'])} | "
-                f"{100 * r['count'] * (r['agent_ms'] or 0) / total:.1f}% | {r['agent_source']} |"
+                f"{_f(r['search_ms'])} | {_f(r['xla_ms'])} | "
+                f"{_ratio(r['heuristic_ms'], r['tuned_ms'])} | {_ratio(r['xla_ms'], r['tuned_ms'])} | "
+                f"{100 * r['count'] * (r['tuned_ms'] or 0) / total:.1f}% | {r['tuned_source']} |"
             )
+        failed = [r for r in rows if r["failures"]]
+        if failed:
+            lines += ["", "Candidates that failed (a result, not the end of the run):"]
+        for r in failed:
+            more = f" and {len(r['failures']) - 3} more" if len(r["failures"]) > 3 else ""
+            lines.append(f"- {r['layer']}: {'; '.join(r['failures'][:3])}{more}")
         lines.append("")
     return "\n".join(lines)
 
@@ -138,10 +152,10 @@ def plot(path: Path, by: dict[int, list[dict]], title: str) -> None:
     threads = sorted(by)
     fig, axes = plt.subplots(1, len(threads), figsize=(7 * len(threads), 6), squeeze=False)
     for ax, t in zip(axes[0], threads, strict=True):
-        rows = sorted(by[t], key=lambda r: -(r["count"] * (r["agent_ms"] or 0)))[:15][::-1]
+        rows = sorted(by[t], key=lambda r: -(r["count"] * (r["tuned_ms"] or 0)))[:15][::-1]
         names = [f"{r['layer'][:28]} x{r['count']}" for r in rows]
         for k, (method, colour) in enumerate(
-            [("heuristic", "tab:gray"), ("agent", "tab:blue"), ("xla", "tab:orange")]
+            [("heuristic", "tab:gray"), ("tuned", "tab:blue"), ("xla", "tab:orange")]
         ):
             values = [r["count"] * (r[f"{method}_ms"] or 0) for r in rows]
             ax.barh(

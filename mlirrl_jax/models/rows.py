@@ -10,7 +10,7 @@ from pathlib import Path
 
 from mlirrl_jax.records import Record
 
-METHODS = ("unscheduled", "heuristic", "agent", "xla")
+METHODS = ("unscheduled", "heuristic", "agent", "tuned", "xla")
 
 
 @dataclass
@@ -28,6 +28,20 @@ class LayerRow(Record):
     xla_ms: float | None = None  # None: no exact JAX translation, or it failed
     failures: list[str] = field(default_factory=list)  # "source: status" of failed candidates
     measured: int = 0
+    # the evolutionary search on the layers that take most of the model's time (--search-top)
+    searched: bool = False
+    search_ms: float | None = None  # its best verified schedule
+    tuned_ms: float | None = None  # the better of the agent's and the search's (the agent's
+    tuned_source: str | None = None  # where the layer was not searched)
+
+    def __post_init__(self) -> None:
+        if self.tuned_ms is None:
+            self.tuned_ms, self.tuned_source = self.agent_ms, self.agent_source
+
+
+def latest(rows: list[dict]) -> dict[tuple[str, int], dict]:
+    """The last row of each (layer, threads): a searched layer's row follows its first one."""
+    return {(row["layer"], row["threads"]): row for row in rows}
 
 
 @dataclass
