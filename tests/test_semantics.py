@@ -160,7 +160,7 @@ CASES = [
 MATH = [
     *[
         _float(op, f"%r = math.{op} %a : f32")
-        for op in "exp log tanh sqrt rsqrt absf sin cos floor ceil".split()
+        for op in "exp log tanh erf sqrt rsqrt absf sin cos floor ceil".split()
     ],
     _float("powf", "%r = math.powf %a, %b : f32"),
 ]
