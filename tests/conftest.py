@@ -9,15 +9,6 @@ import pytest
 os.environ.setdefault("MLIRRL_REFERENCE_CACHE", tempfile.mkdtemp(prefix="mlirrl-test-reference-"))
 # and stores and adapted agents the commands write by default, to one of its own
 os.environ["MLIRRL_HOME"] = tempfile.mkdtemp(prefix="mlirrl-test-home-")
-# XLA's compiled programs kept on disk for the session, shared by both workers and the commands
-# the tests start (a killed run and its resumption, say, compile the same programs once)
-os.environ.setdefault(
-    "JAX_COMPILATION_CACHE_DIR",
-    os.path.join(
-        tempfile.gettempdir(),
-        "mlirrl-test-xla-" + os.environ.get("PYTEST_XDIST_TESTRUNUID", str(os.getpid())),
-    ),
-)
 
 from mlirrl_jax.measure.runner import Runner
 from mlirrl_jax.programs import generate as g
