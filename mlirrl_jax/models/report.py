@@ -162,7 +162,7 @@ def plot(path: Path, by: dict[int, list[dict]], title: str) -> None:
                 [i + 0.27 * (k - 1) for i in range(len(rows))],
                 values,
                 0.27,
-                label=method,
+                label={"tuned": "ours (agent; + search where run)"}.get(method, method),
                 color=colour,
             )
         ax.set_yticks(range(len(rows)), names, fontsize=7)
