@@ -18,13 +18,17 @@ filter, read by at least `PANEL_REUSE` register tiles of rows): a matmul-like op
 blocks the lanes loop and the reduction (a panel of at most `PANEL_WIDTH` x `PANEL_DEPTH`),
 and B's tile is packed into a contiguous panel per cache tile before the register tile is
 vectorized; a convolution keeps version 3's tiles and packs its filter per cache tile before
-it decomposes. Version 5 (the default) is version 4 but for strided pooling: where the
+it decomposes. Version 5 is version 4 but for strided pooling: where the
 window walks the vectorized row with a stride, the row is cut to one vector of this machine's
 lanes (the last one partial) rather than kept whole. A whole row of a strided window is a
 strided vector read as long as the row, and two or more vectors of it ran at 0.60-0.67x
 unscheduled code on nchw 3x3/2 max pools where one vector ran at 1.8x (`bench/memory_bound.py
---programs nchw`); on a 3x3/1 pool the whole row was as fast or faster. Versions 1 (32
-lanes, 8 rows, divisors only) to 4 stay for comparison.
+--programs nchw`); on a 3x3/1 pool the whole row was as fast or faster. Version 6 (the
+default) is version 5 but for the register tile's rows: the innermost output loop that the
+input read along the lanes does not index (`reusing_rows`), so one vector read serves every
+row; it differs from version 5 only where the next output loop indexes that input, as in a
+contraction over a gathered input (`models.rewrite`). Versions 1 (32 lanes, 8 rows, divisors
+only) to 5 stay for comparison.
 """
 
 from __future__ import annotations
@@ -43,10 +47,10 @@ from mlirrl_jax.schedule import (
     Schedule,
     Transform,
 )
-from mlirrl_jax.transform import decomposable, packable_inputs, window_loops
+from mlirrl_jax.transform import decomposable, packable_inputs, vectorizable, window_loops
 
-VERSIONS = (1, 2, 3, 4, 5)
-DEFAULT_VERSION = 5
+VERSIONS = (1, 2, 3, 4, 5, 6)
+DEFAULT_VERSION = 6
 VECTOR_LANES = 32  # version 1: two AVX-512 registers of f32, four of AVX2
 ROWS = 8  # version 1: rows of the register tile
 CACHE_TILE = 64
@@ -117,6 +121,8 @@ def register_tile(op: LinalgOp, version: int = 3, machine: dict | None = None) -
     candidates = [i for i in out_loops if i not in window_rows]
     if candidates:
         lanes, rows = candidates[-1], candidates[-2] if len(candidates) > 1 else None
+        if version >= 6:
+            rows = reusing_rows(op, candidates) or rows
         if version == 1:
             sizes[lanes] = largest_divisor(op.loops[lanes].extent, VECTOR_LANES)
             if rows is not None:
@@ -127,6 +133,25 @@ def register_tile(op: LinalgOp, version: int = 3, machine: dict | None = None) -
             if rows is not None:
                 sizes[rows] = rows_tile(op.loops[rows].extent, height)
     return tuple(sizes)
+
+
+def reusing_rows(op: LinalgOp, candidates: list[int]) -> int | None:
+    """Version 6's rows loop: the innermost output loop (but the lanes loop, the last
+    candidate) that the input the lanes loop walks contiguously does not index, so that each
+    vector read of it serves every row; None if there is no such input or loop (extent 1
+    loops do not count). A contraction over a gathered input (`models.rewrite`), `out[n, f,
+    oh, ow] += w[f, c, kh, kw] * col[n, c, kh, kw, oh, ow]`, takes rows of `f`, not `oh`: 1.82
+    ms against 4.91 ms on ResNet-18's 3x3/2 convolution at 28x28 (BENCHMARKS.md); for a
+    matmul, a batch matmul or a named convolution it picks the loop version 5 picks."""
+    lanes = candidates[-1]
+    walked = [operand for operand in op.inputs if operand.access and operand.access[-1][lanes] == 1]
+    if not walked:
+        return None
+    indexed = {i for operand in walked for row in operand.access for i, c in enumerate(row) if c}
+    for loop in reversed(candidates[:-1]):
+        if loop not in indexed and op.loops[loop].extent > 1:
+            return loop
+    return None
 
 
 def cache_tile(op: LinalgOp, reg: tuple[int, ...]) -> tuple[int, ...] | None:
@@ -218,12 +243,15 @@ def row_vectorized(op: LinalgOp, width: int | None = None) -> list[Transform]:
     sizes = [1] * op.n_loops
     row = _output_loops(op)[-1]
     sizes[row] = width if width and op.loops[row].extent > width else 0
-    steps = [Transform(TILE, tuple(sizes))]
-    if window_loops(op) and not decomposable(op):
-        return steps  # a window no 1-D op takes (depthwise NCHW) does not vectorize: tiled
-    if window_loops(op):
-        steps.append(Transform(DECOMPOSE))
-    return [*steps, Transform(VECTORIZE)]
+    return [Transform(TILE, tuple(sizes)), *vectorized(op)]
+
+
+def vectorized(op: LinalgOp) -> list[Transform]:
+    """The op's tiles vectorized: a 2-D window decomposed first; nothing for an op MLIR cannot
+    vectorize (a depthwise NCHW window, a gather: `transform.vectorizable`), left tiled."""
+    if decomposable(op):
+        return [Transform(DECOMPOSE), Transform(VECTORIZE)]
+    return [Transform(VECTORIZE)] if vectorizable(op) else []
 
 
 def strided_row(op: LinalgOp) -> bool:
@@ -283,12 +311,7 @@ def op_schedule(
     steps.append(Transform(TILE, reg))
     if pack:  # the filter's tile, packed per cache tile, before the window decomposes
         steps.append(Transform(PACK))
-    if window_loops(op) and not decomposable(op):
-        return steps  # a window no 1-D op takes (depthwise NCHW) does not vectorize: tiled
-    if window_loops(op):
-        steps.append(Transform(DECOMPOSE))
-    steps.append(Transform(VECTORIZE))
-    return steps
+    return [*steps, *vectorized(op)]
 
 
 def heuristic_schedule(

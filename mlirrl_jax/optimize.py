@@ -49,9 +49,12 @@ class OptimizeError(Error, ValueError):
     """Input `optimize` cannot take (no agent, a program beyond the environment's limits)."""
 
 
-def evolutionary_trials(program, agent, runner, threads, method, base, budget, seed, say) -> list:
+def evolutionary_trials(
+    program, agent, runner, threads, method, base, budget, seed, say, known=()
+) -> list:
     """The evolutionary search's trials as (source, measurement, predicted speedup), from the
-    agent's surrogate (the analytic stand-in has nothing to fine-tune: refused)."""
+    agent's surrogate (the analytic stand-in has nothing to fine-tune: refused). `known`:
+    (schedule, measurement) pairs measured already (the agent's), the search's first parents."""
     from mlirrl_jax.search import EvolutionarySearch, EvolutionConfig
     from mlirrl_jax.surrogate.api import CostModel
 
@@ -70,6 +73,7 @@ def evolutionary_trials(program, agent, runner, threads, method, base, budget, s
         lambda s: runner.measure(program, s, threads=threads, method=method),
         baseline=base if base.ok and base.verified else None,
         progress=say,
+        known=list(known),
     )
     return [
         (f"evolutionary {i}", t.measurement, t.predicted_speedup)
@@ -169,8 +173,12 @@ def optimize(
                 f"{origin}): {m.summary()}{'' if m.verified or not m.ok else ' NOT VERIFIED'}"
             )
         if search == "evolutionary":
+            known = [
+                (scored.schedule, m)
+                for scored, (_, m, _) in zip(proposals, measured[1:], strict=True)
+            ]
             measured += evolutionary_trials(
-                program, agent, runner, threads, method, base, search_budget, seed, say
+                program, agent, runner, threads, method, base, search_budget, seed, say, known
             )
     good = [(name, m) for name, m, _ in measured if m.ok and m.verified and m.median_s]
     out = Path(out)

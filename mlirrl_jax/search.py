@@ -74,7 +74,7 @@ class Trial:
     measurement: Measurement
     predicted_speedup: float | None
     generation: int
-    origin: str  # heuristic, mutant or fresh
+    origin: str  # known (measured before, not spent), heuristic, mutant or fresh
 
     @property
     def seconds(self) -> float | None:
@@ -172,9 +172,13 @@ class EvolutionarySearch:
         measure: Callable[[Schedule], Measurement],
         baseline: Measurement | None = None,
         progress: Callable[[str], None] | None = None,
+        known: list[tuple[Schedule, Measurement]] = (),
     ) -> SearchResult:
         """Spend the budget; `baseline` (the unscheduled run, verified) joins the surrogate's
-        fine-tuning data, so that it learns speedups, not only times."""
+        fine-tuning data, so that it learns speedups, not only times. `known`: schedules
+        measured before (the agent's proposals, by the same runner and method), parents and
+        fine-tuning data from the start, not measured again and not counted in the budget or
+        the trials."""
         from mlirrl_jax.env.replay import schedule_to_actions
         from mlirrl_jax.sampler import Mutation
 
@@ -204,14 +208,16 @@ class EvolutionarySearch:
                     f"{done / elapsed:.2f} meas/s, ETA {(config.budget - done) * elapsed / done:.0f} s"
                 )
 
+        lanes = self.profile.vector_lanes if self.profile else None
+        for schedule, m in known:
+            if schedule.hash in seen:
+                continue
+            seen.add(schedule.hash)
+            actions = schedule_to_actions(self.program, schedule, lanes, nearest=True)
+            measured.append((actions, Trial(schedule, m, None, 0, "known")))
         heuristic = heuristic_schedule(self.program, threads=self.threads)
-        if not heuristic.is_empty:
-            actions = schedule_to_actions(
-                self.program,
-                heuristic,
-                self.profile.vector_lanes if self.profile else None,
-                nearest=True,
-            )
+        if not heuristic.is_empty and heuristic.hash not in seen:
+            actions = schedule_to_actions(self.program, heuristic, lanes, nearest=True)
             spend(actions, heuristic, float(self.predict([actions])[0]), 0, "heuristic")
         generation, dry = 0, 0
         while len(result.trials) < config.budget:

@@ -95,6 +95,35 @@ def decomposable(op: LinalgOp) -> bool:
     return op.name in DECOMPOSABLE and bool(window_loops(op))
 
 
+# the named 1-D sliding-window ops MLIR vectorizes as they are
+ONE_D_WINDOWS = (
+    "linalg.conv_1d",
+    "linalg.depthwise_conv_1d",
+    "linalg.pooling_nwc",
+    "linalg.pooling_ncw",
+)
+
+
+def vectorizable(op: LinalgOp) -> bool:
+    """Whether MLIR's vectorizer takes the op as it is: every operand read through a projected
+    permutation (each dimension one loop with step 1, or a broadcast), or a named 1-D window.
+    A 2-D window vectorizes only once decomposed (`decomposable`); a depthwise NCHW window, or a
+    gather through an affine map such as `oh * 2 + kh` (`models.rewrite`), not at all: tiled,
+    it runs as scalar loops."""
+    if op.name.startswith(ONE_D_WINDOWS):
+        return True
+    for operand in op.operands:
+        loops = []
+        for row in operand.access:
+            nonzero = [i for i, c in enumerate(row) if c]
+            if len(nonzero) > 1 or (nonzero and row[nonzero[0]] != 1):
+                return False
+            loops += nonzero
+        if len(set(loops)) != len(loops):
+            return False
+    return True
+
+
 def _single_loops(access) -> list[int] | None:
     """The loop indexing each dimension of an operand, or None if a dimension is not one loop
     (a sliding window, a constant)."""

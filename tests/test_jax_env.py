@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from mlirrl_jax.actions import (
+    DECOMPOSE,
     INTERCHANGE,
     N_DIVISOR_CHOICES,
     NEXT,
@@ -339,3 +340,54 @@ def test_a_packed_convolution_replays_in_grammar_order_and_jax_agrees():
     # a partial tile (32 channels in tiles of 12) closes `pack`
     ragged = Schedule.of({op: [Transform("tile", (0, 0, 0, 12, 0, 0, 0))]})
     assert state_of_schedule(program, ragged).ragged[op]
+
+
+DEPTHWISE_NCHW = """
+func.func @dw(%i: tensor<1x8x18x18xf32>, %w: tensor<8x3x3xf32>, %o: tensor<1x8x16x16xf32>)
+    -> tensor<1x8x16x16xf32> {
+  %r = linalg.depthwise_conv_2d_nchw_chw {dilations = dense<1> : tensor<2xi64>,
+      strides = dense<1> : tensor<2xi64>}
+    ins(%i, %w : tensor<1x8x18x18xf32>, tensor<8x3x3xf32>) outs(%o : tensor<1x8x16x16xf32>)
+    -> tensor<1x8x16x16xf32>
+  return %r : tensor<1x8x16x16xf32>
+}
+"""
+
+GATHER = """
+#in = affine_map<(n, c, kh, kw, oh, ow) -> (n, c, oh * 2 + kh, ow * 2 + kw)>
+#out = affine_map<(n, c, kh, kw, oh, ow) -> (n, c, kh, kw, oh, ow)>
+func.func @gather(%i: tensor<1x4x17x17xf32>, %o: tensor<1x4x3x3x8x8xf32>)
+    -> tensor<1x4x3x3x8x8xf32> {
+  %r = linalg.generic {indexing_maps = [#in, #out], iterator_types = ["parallel", "parallel",
+      "parallel", "parallel", "parallel", "parallel"]}
+    ins(%i : tensor<1x4x17x17xf32>) outs(%o : tensor<1x4x3x3x8x8xf32>) {
+  ^bb0(%x: f32, %y: f32):
+    linalg.yield %x : f32
+  } -> tensor<1x4x3x3x8x8xf32>
+  return %r : tensor<1x4x3x3x8x8xf32>
+}
+"""
+
+
+def test_ops_mlir_cannot_vectorize_are_never_offered_decompose_or_vectorize():
+    """A depthwise NCHW window has no 1-D form in MLIR and a gather through `oh * 2 + kh` no
+    vector form: neither is offered `decompose` or `vectorize`, tiled to 1 or not (the
+    compile would fail: `transform.vectorizable`)."""
+    programs = [parse_program(DEPTHWISE_NCHW, "dw"), parse_program(GATHER, "gather")]
+    table = encode_programs(programs)
+    assert not bool(table.decomposable[0, 0]) and not bool(table.vectorizable[0, 0])
+    assert not bool(table.decomposable[1, 0]) and not bool(table.vectorizable[1, 0])
+    env = JaxEnv(auto_reset=False)
+    pool = jnp.arange(2)
+    for index, program in enumerate(programs):
+        params, state, timestep = start(env, table, index, jax.random.PRNGKey(0))
+        lanes = int(table.vector_lanes[index])
+        candidates = [tile_candidates(e, lanes) for e in program.ops[0].extents]
+        choices = [c.index(1) if 1 in c else 0 for c in candidates]  # every loop to 1
+        state, timestep = env.step(
+            params, table, pool, state, encode_action(TILE, tiles=choices)[None]
+        )
+        assert not bool(timestep.invalid_action[0])
+        mask = timestep.observation.mask.kind[0]
+        assert not bool(mask[DECOMPOSE]) and not bool(mask[VECTORIZE])
+        assert bool(mask[NEXT])

@@ -55,6 +55,69 @@ def test_a_small_pytorch_model_imports_into_programs_that_compute_it(tmp_path):
     assert "tensor.pad" in (out / "report.md").read_text()
 
 
+STRIDED = """
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, stride=2, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(8)
+        self.down = nn.Conv2d(8, 16, 1, stride=2)
+
+    def forward(self, x):
+        return self.down(torch.relu(self.bn(self.stem(x))))
+
+
+def make():
+    torch.manual_seed(0)
+    net = Net().eval()
+    with torch.no_grad():
+        net.bn.running_mean.uniform_(-0.5, 0.5)
+        net.bn.running_var.uniform_(0.5, 1.5)
+    return net
+"""
+
+
+def test_strided_convolutions_are_cut_as_a_gather_and_a_contraction(tmp_path, runner):
+    """A stride-2 convolution becomes a gather (im2col) and a contraction inside its layer's
+    program; the cut still computes the model, the same layer as it was is kept for XLA, the
+    heuristic's schedule of it (the gather left unvectorized) verifies, and so does XLA's
+    translation of the gather. `--strided-conv direct` keeps the convolutions."""
+    from mlirrl_jax.heuristics import heuristic_schedule
+    from mlirrl_jax.measure.baselines import measure_xla
+    from mlirrl_jax.transform import vectorizable
+
+    source = _model_file(tmp_path, STRIDED)
+    out = tmp_path / "gathered"
+    result = import_model(source, out, input_shape=[1, 3, 32, 32], say=lambda *_: None)
+    assert result.check_ok and result.gathered == 2 and result.strided == "im2col"
+    gathered = [layer for layer in result.layers if "gather" in layer.ops]
+    assert len(gathered) == 2
+    assert not any("conv_2d_nchw_fchw" in layer.ops for layer in result.layers)
+    assert "cut as a gather (im2col)" in (out / "report.md").read_text()
+    for layer in gathered:
+        program = load_program(out / layer.path)
+        direct = load_program(out / layer.direct_path)
+        assert [op.name for op in direct.ops if "conv" in op.name] == ["linalg.conv_2d_nchw_fchw"]
+        assert program.flops >= direct.flops  # the same multiply-adds, and the copy
+        (gather,) = [op for op in program.ops if not vectorizable(op)]  # only the gather
+        assert gather.name == "linalg.generic" and len(gather.loops) == 6
+        schedule = heuristic_schedule(program, 1)
+        assert all(t.kind != "vectorize" for t in schedule.transforms_of(gather.id)), (
+            schedule.describe()
+        )
+        m = runner.measure(program, schedule, threads=1)
+        assert m.ok and m.verified, m.summary()
+        xla = measure_xla(program, 1)
+        assert xla is not None and xla.ok and xla.verified, xla.summary()
+    plain = import_model(
+        source, tmp_path / "direct", [1, 3, 32, 32], strided="direct", say=lambda *_: None
+    )
+    assert plain.check_ok and plain.gathered == 0
+    assert sum("conv_2d_nchw_fchw" in layer.ops for layer in plain.layers) == 2
+    with pytest.raises(ModelError, match="strided convolutions as 'sideways'"):
+        import_model(source, tmp_path / "bad", [1, 3, 32, 32], strided="sideways")
+
+
 def test_the_check_catches_a_program_that_computes_something_else(tmp_path):
     """The replay is a real check: a layer whose program is changed no longer gives the
     model's output."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 
 from mlirrl_jax.cli.options import POSITIVE_INT, add_worker_options, thread_counts
+from mlirrl_jax.models.rewrite import STRIDED_FORMS
 from mlirrl_jax.runfolder import run_folder
 
 log = logging.getLogger("mlirrl_jax.models")
@@ -41,6 +42,13 @@ def register(sub) -> None:
     )
     p.add_argument(
         "--max-group", type=POSITIVE_INT, default=4, help="Linalg ops of one layer at most (4)"
+    )
+    p.add_argument(
+        "--strided-conv",
+        choices=STRIDED_FORMS,
+        default=STRIDED_FORMS[0],
+        help="strided NCHW convolutions as a gather (im2col) and a contraction, which "
+        "vectorize with unit stride (default), or as they are (direct)",
     )
     p.add_argument(
         "--no-check",
@@ -85,6 +93,7 @@ def run_import(args) -> int:
             args.out,
             input_shape=args.input_shape,
             max_group=args.max_group,
+            strided=args.strided_conv,
             check=not args.no_check,
             say=log.info,
         )

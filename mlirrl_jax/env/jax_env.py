@@ -104,7 +104,6 @@ def action_mask(table: ProgramTable, state: EnvState) -> ActionMask:
     free = ~in_interchange & ~state.done
     fused = state.fused_into[c] >= 0
     has_producers = jnp.any(table.fusion_consumer[p] == c)
-    is_window = table.window_out[p, c, 0] >= 0
     unit = _unit_windows(table, state, c)
     vector_points = jnp.prod(jnp.where(alive, extents, 1))
     parallel_ok = free & ~fused & jnp.any(divides & ~reduction[:, None])
@@ -114,9 +113,12 @@ def action_mask(table: ProgramTable, state: EnvState) -> ActionMask:
     legal = legal.at[TILE_FUSE].set(parallel_ok & has_producers)
     legal = legal.at[INTERCHANGE].set(in_interchange | (free & (alive.sum() >= 2)))
     legal = legal.at[TILE].set(free & (state.n_tiles[c] < MAX_TILE_LEVELS) & jnp.any(fits))
-    legal = legal.at[DECOMPOSE].set(free & is_window & ~state.interchanged[c] & jnp.any(unit))
+    # MLIR decomposes only named 2-D windows, and vectorizes a window only once decomposed (or
+    # a depthwise NCHW window, a gather, not at all: `transform.vectorizable`)
+    decomposable = table.decomposable[p, c]
+    legal = legal.at[DECOMPOSE].set(free & decomposable & ~state.interchanged[c] & jnp.any(unit))
     legal = legal.at[VECTORIZE].set(
-        free & (vector_points <= VECTOR_BUDGET) & (~is_window | state.decomposed[c])
+        free & (vector_points <= VECTOR_BUDGET) & (table.vectorizable[p, c] | state.decomposed[c])
     )
     # pack hoists B's copy out of the last tiling's loops: an op `pack` applies to, tiled
     # (sequentially, into whole tiles), so that one static panel fits every tile

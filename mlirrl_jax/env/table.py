@@ -24,7 +24,7 @@ from mlirrl_jax.env.state import (
 )
 from mlirrl_jax.measure.profile import MachineProfile, this_machine_profile
 from mlirrl_jax.programs.ir import Program
-from mlirrl_jax.transform import packable_inputs, window_loops
+from mlirrl_jax.transform import decomposable, packable_inputs, vectorizable, window_loops
 
 _BYTES = {"f16": 2, "bf16": 2, "f32": 4, "f64": 8, "i8": 1, "i16": 2, "i32": 4, "i64": 8}
 
@@ -51,6 +51,8 @@ def _encode_one(
         "operand_is_output": np.zeros((MAX_OPS, MAX_OPERANDS), bool),
         "stride": np.zeros((MAX_OPS, MAX_OPERANDS, MAX_LOOPS), np.float32),
         "packable": np.zeros(MAX_OPS, bool),
+        "decomposable": np.zeros(MAX_OPS, bool),
+        "vectorizable": np.zeros(MAX_OPS, bool),
         "vector_lanes": np.int32(lanes),
         "machine": np.array([getattr(machine, f) for f in MACHINE_FIELDS], np.float32),
         "threads": np.int32(threads),
@@ -59,6 +61,8 @@ def _encode_one(
         i = op.id
         row["op_kind"][i] = OP_KINDS.index(op.kind)
         row["packable"][i] = bool(packable_inputs(op))
+        row["decomposable"][i] = decomposable(op)
+        row["vectorizable"][i] = vectorizable(op)
         row["op_valid"][i] = True
         for j, loop in enumerate(op.loops):
             row["extents"][i, j] = loop.extent

@@ -181,20 +181,30 @@ def operand_view(operand: Operand, extents: tuple[int, ...]) -> list[tuple] | No
     return rows
 
 
-def sliced_view(array, view: list[tuple], extents: tuple[int, ...]):
-    """The elements the loops read, one dimension per loop or window dimension."""
+def _view_index(view: list[tuple], extents: tuple[int, ...], iota=None) -> tuple:
+    """The index of an operand's elements the loops read: slices (one dimension per loop or
+    window dimension), or with `iota` (loop -> its indices laid over the loops) arrays that
+    gather them element by element."""
     index = []
     for row in view:
         if row[0] == "const":
             index.append(row[1])
         elif row[0] == "loop":
             _, loop, stride, offset = row
-            index.append(slice(offset, offset + stride * (extents[loop] - 1) + 1, stride))
+            last = offset + stride * (extents[loop] - 1)
+            index.append(offset + stride * iota(loop) if iota else slice(offset, last + 1, stride))
         else:
             _, terms, offset = row
             last = offset + sum(c * (extents[loop] - 1) for loop, c in terms)
-            index.append(slice(offset, last + 1))
-    return array[tuple(index)] if index else array
+            summed = offset + sum(c * iota(loop) for loop, c in terms) if iota else None
+            index.append(summed if iota else slice(offset, last + 1))
+    return tuple(index)
+
+
+def sliced_view(array, view: list[tuple], extents: tuple[int, ...]):
+    """The elements the loops read, one dimension per loop or window dimension."""
+    index = _view_index(view, extents)
+    return array[index] if index else array
 
 
 def view_labels(view: list[tuple]) -> list:
@@ -242,18 +252,37 @@ def index_function(op: LinalgOp):
     return index
 
 
-def loop_arrays(op: LinalgOp, needed: set[int], views) -> Callable | None:
+def loop_arrays(op: LinalgOp, needed: set[int], views, gather: bool = False) -> Callable | None:
     """A function of the operand values giving the needed block arguments laid out over the
-    loops, if each of them can be."""
+    loops, if each of them can be; with `gather`, also an operand read through affine indices
+    (`gathered_over_loops`: an all-parallel op's, whose arrays are its output's size anyway)."""
     args = sorted(v for v in needed if v < len(op.operands))
     labels = {k: loop_labels_of(views[k]) for k in args}
-    if None in labels.values():
+    if None in labels.values() and not gather:
         return None
 
     def arrays(values: list) -> dict:
         return {
             k: over_loops(sliced_view(values[k], views[k], op.extents), labels[k], op.n_loops)
+            if labels[k] is not None
+            else gathered_over_loops(values[k], views[k], op.extents)
             for k in args
         }
 
     return arrays
+
+
+def gathered_over_loops(array, view: list[tuple], extents: tuple[int, ...]):
+    """An operand read through affine indices (a window dimension such as `oh * 2 + kh`, or a
+    loop indexing two dimensions) laid out over the loops, element by element: each dimension's
+    index computed from the loops' iotas, one gather."""
+    n = len(extents)
+
+    def iota(loop: int):
+        shape = [1] * n
+        shape[loop] = extents[loop]
+        return jnp.arange(extents[loop]).reshape(shape)
+
+    index = _view_index(view, extents, iota)
+    gathered = array[index] if index else array
+    return jnp.reshape(gathered, [1] * (n - gathered.ndim) + list(gathered.shape))

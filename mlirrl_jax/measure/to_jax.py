@@ -69,7 +69,7 @@ def translate_op(op: LinalgOp) -> OpFunction | None:
 def map_op(op: LinalgOp, views, out_loops) -> OpFunction | None:
     """An all-parallel op: the body over the loops, each yield written in its output's layout."""
     needed = needed_values(op, op.yields)
-    arrays = loop_arrays(op, needed, views)
+    arrays = loop_arrays(op, needed, views, gather=True)
     if arrays is None or not computable(op, needed, index=True):
         return None
     index = index_function(op)

@@ -24,6 +24,12 @@ from mlir import ir
 from mlir.dialects import func as func_d
 
 from mlirrl_jax.errors import Error
+from mlirrl_jax.models.rewrite import (
+    STRIDED_FORMS,
+    default_min_row,
+    gather_strided_convolutions,
+    is_gather,
+)
 from mlirrl_jax.programs.ir import Program, ProgramError, parse_program
 from mlirrl_jax.records import Record
 
@@ -57,6 +63,9 @@ class Layer(Record):
     flops: int | None = None
     program_hash: str | None = None
     path: str | None = None  # its .mlir, relative to the import's folder
+    # a strided convolution cut as a gather and a contraction (`models.rewrite`): the same
+    # layer cut as it was, for XLA's baseline, which takes the convolution itself
+    direct_path: str | None = None
 
 
 @dataclass
@@ -69,6 +78,7 @@ class Cut:
     left_out: dict[str, int] = field(default_factory=dict)  # op name -> count (moves, others)
     views: int = 0
     dropped_asserts: int = 0
+    gathered: int = 0  # strided convolutions cut as a gather and a contraction
     # the function as steps in order (layers, constants, views, moves), for `models.execute`
     steps: list[dict] = field(default_factory=list)
     inputs: list[str] = field(default_factory=list)
@@ -123,10 +133,25 @@ def _group(op, max_ops: int, taken: set) -> list:
         name = user.operation.name if hasattr(user, "operation") else ""
         if not name.startswith("linalg.") or name == "linalg.fill" or not _is_elementwise(user):
             break
+        if _gathered_into(user) is not None:  # a gather goes with the op it feeds
+            break
         if user.operation in taken:
             break
         group.append(user.operation)
     return group
+
+
+def _gathered_into(op):
+    """The reduction op a gather (`models.rewrite`) alone feeds, else None."""
+    if not is_gather(op) or len(op.results) != 1:
+        return None
+    users = _uses(op.results[0])
+    if len(users) != 1:
+        return None
+    user = users[0]
+    if user.operation.name != "linalg.generic" or _is_elementwise(user):
+        return None
+    return user
 
 
 SCALAR_CONSTANTS = {"arith.constant", "complex.constant"}
@@ -276,8 +301,15 @@ def _other_step(op, names) -> dict:
     return step
 
 
-def cut_module(text: str, max_group: int = MAX_GROUP) -> Cut:
-    """Cut a model's Linalg-on-tensors text into layers (see the module's documentation)."""
+def cut_module(
+    text: str, max_group: int = MAX_GROUP, strided: str = "im2col", min_row: int | None = None
+) -> Cut:
+    """Cut a model's Linalg-on-tensors text into layers (see the module's documentation).
+    `strided`: "im2col" rewrites strided convolutions whose output rows hold `min_row`
+    elements or more (default `rewrite.default_min_row()`) as a gather and a contraction first
+    (`models.rewrite`), "direct" keeps them as they are."""
+    if strided not in STRIDED_FORMS:
+        raise ModelError(f"strided convolutions as {strided!r}: expected one of {STRIDED_FORMS}")
     cut = Cut()
     context = ir.Context()
     context.allow_unregistered_dialects = True
@@ -298,6 +330,9 @@ def cut_module(text: str, max_group: int = MAX_GROUP) -> Cut:
                 f"expected one public function in the lowered model, found {len(funcs)}"
             )
         cut.dropped_asserts = _strip_asserts(module)
+        if strided == "im2col":
+            min_row = default_min_row() if min_row is None else min_row
+            cut.gathered = gather_strided_convolutions(module, min_row)
         state = ir.AsmState(funcs[0])
         body = funcs[0].regions[0].blocks[0]
         cut.inputs = [a.get_name(state) for a in body.arguments]
@@ -332,10 +367,15 @@ def cut_module(text: str, max_group: int = MAX_GROUP) -> Cut:
                 cut.steps.append(_other_step(op, lambda v: v.get_name(state)))
                 continue
             group = _group(op, max_group, grouped)
+            keep = 1
+            fed = _gathered_into(op)
+            if fed is not None:  # a gather with the op it feeds (the gather not counted)
+                group = [op.operation, *_group(fed, max_group, grouped)]
+                keep = 2
             layer, args = _layer(group, by_text, cut, position)
-            if layer.status == "unscheduled" and len(group) > 1:
+            if layer.status == "unscheduled" and len(group) > keep:
                 # beyond the environment's tables as a group: the op alone
-                group = group[:1]
+                group = group[:keep]
                 layer, args = _layer(group, by_text, cut, position)
             grouped.update(group)
             # at the place of its last op: the group's later ops may read values made after
@@ -374,7 +414,7 @@ def _layer(group: list, by_text: dict, cut: Cut, position: dict) -> tuple[Layer,
     if text in by_text:
         by_text[text].count += 1
         return by_text[text], args
-    kinds = [o.name.removeprefix("linalg.") for o in group]
+    kinds = ["gather" if is_gather(o) else o.name.removeprefix("linalg.") for o in group]
     layer = Layer(name=f"{len(by_text):03d}_{'+'.join(kinds)}_{digest}", ops=kinds)
     by_text[text] = layer
     cut.layers.append(layer)

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from mlirrl_jax.models.cut import MAX_GROUP, MOVES, Layer, ModelError, cut_module
+from mlirrl_jax.models.rewrite import STRIDED_FORMS, default_min_row
 from mlirrl_jax.records import Record
 from mlirrl_jax.runfolder import write_atomic
 
@@ -51,6 +52,9 @@ class ModelImport(Record):
     why_left_out: dict[str, str] = field(default_factory=dict)
     views: int = 0  # reshapes and casts: no cost
     dropped_asserts: int = 0
+    strided: str = "direct"  # how strided convolutions were cut (`models.rewrite`)
+    gathered: int = 0  # strided convolutions cut as a gather and a contraction
+    min_row: int | None = None  # the narrowest output row gathered (this machine's half vector)
     occurrences: int = 0  # layer computations in the model, counts included
     check_error: float | None = None  # the replay's largest relative difference
     check_ok: bool | None = None  # None: not checked
@@ -155,11 +159,14 @@ def import_model(
     out: str | os.PathLike,
     input_shape: list[int] | None = None,
     max_group: int = MAX_GROUP,
+    strided: str = STRIDED_FORMS[0],
     check: bool = True,
     say=print,
 ) -> ModelImport:
     """Lower, cut and check a model into `out` (see the module's documentation)."""
     check_source(source)
+    if strided not in STRIDED_FORMS:
+        raise ModelError(f"strided convolutions as {strided!r}: expected one of {STRIDED_FORMS}")
     models_available()
     if input_shape is None and not source.endswith(".onnx"):
         input_shape = _default_shape(source)
@@ -170,7 +177,9 @@ def import_model(
     out = Path(out)
     (out / "layers").mkdir(parents=True, exist_ok=True)
     lower_s = _lower(source, input_shape, out, say)
-    cut = cut_module((out / "lowered.mlir").read_text(), max_group)
+    lowered = (out / "lowered.mlir").read_text()
+    min_row = default_min_row() if strided == "im2col" else None
+    cut = cut_module(lowered, max_group, strided, min_row)
     if cut.literals:  # weights the lowering printed as literals (an ONNX model's), beside the rest
         weights = dict(np.load(out / "weights.npz")) | cut.literals
         with open(out / "weights.npz.tmp", "wb") as f:
@@ -179,6 +188,8 @@ def import_model(
     for layer in cut.layers:
         layer.path = f"layers/{layer.name}.mlir"
         write_atomic(out / layer.path, cut.texts[layer.name])
+    if cut.gathered:
+        _write_direct_forms(cut, lowered, max_group, out)
     write_atomic(
         out / "steps.json",
         json.dumps({"inputs": cut.inputs, "outputs": cut.outputs, "steps": cut.steps}),
@@ -194,6 +205,9 @@ def import_model(
         },
         views=cut.views,
         dropped_asserts=cut.dropped_asserts,
+        strided=strided,
+        gathered=cut.gathered,
+        min_row=min_row,
         occurrences=sum(layer.count for layer in cut.layers),
         lower_s=round(lower_s, 1),
         versions=_versions(),
@@ -212,6 +226,28 @@ def import_model(
     write_atomic(out / "report.md", report(result))
     write_atomic(out / "model.json", json.dumps(result.to_json(), indent=1))
     return result
+
+
+def _write_direct_forms(cut, lowered: str, max_group: int, out: Path) -> None:
+    """Beside each gathered layer, the same layer with its convolution as it was
+    (`Layer.direct_path`): the two cuts take the same steps, layer for layer."""
+    direct = cut_module(lowered, max_group, "direct")
+    by_name = {layer.name: layer for layer in cut.layers}
+
+    def layer_steps(steps):
+        return [step["layer"] for step in steps if step["kind"] == "layer"]
+
+    pairs = [
+        (a, b)
+        for a, b in zip(layer_steps(cut.steps), layer_steps(direct.steps), strict=True)
+        if a != b
+    ]
+    direct_ops = {layer.name: layer.ops for layer in direct.layers}
+    for name, other in dict(pairs).items():
+        layer = by_name[name]
+        if "gather" in layer.ops and "conv_2d_nchw_fchw" in direct_ops[other]:
+            layer.direct_path = f"layers/{name}.direct.mlir"
+            write_atomic(out / layer.direct_path, direct.texts[other])
 
 
 def check_cut(out: str | os.PathLike, scripts: dict[str, str] | None = None, say=print) -> float:
@@ -259,6 +295,13 @@ def report(result: ModelImport) -> str:
         f"{len(result.layers)} distinct layers, {result.occurrences} layer computations in the "
         f"model; {result.views} views (no cost).",
     ]
+    if result.gathered:
+        lines.append(
+            f"{result.gathered} strided convolution(s) cut as a gather (im2col) and a "
+            "contraction, the gather inside the layer's program (`--strided-conv im2col`; "
+            f"those with output rows of {result.min_row} or more); XLA's baseline times the "
+            "convolution as it was."
+        )
     if result.check_note:
         lines.append(f"The cut could not be checked against the model: {result.check_note}")
     elif result.check_ok is not None:

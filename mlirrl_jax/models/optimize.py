@@ -47,8 +47,19 @@ def _ms(m) -> float | None:
     return m.median_s * 1e3 if m is not None and m.ok and m.verified and m.median_s else None
 
 
+def _xla_program(model_dir: Path, layer, program):
+    """The program XLA:CPU's baseline times for a layer: a gathered strided convolution's
+    direct form (XLA takes the convolution itself), else the layer's own."""
+    from mlirrl_jax.programs.ir import load_program
+
+    if layer.direct_path is None:
+        return program
+    return load_program(model_dir / layer.direct_path, layer.name)
+
+
 def _measure_layer(runner, program, count, threads, proposals, method, xla) -> tuple:
-    """One layer at `threads`: its row and the best verified schedule (None: unscheduled)."""
+    """One layer at `threads`: its row and the best verified schedule (None: unscheduled).
+    `xla`: the program XLA:CPU's baseline times (`_xla_program`), or False."""
     from mlirrl_jax.heuristics import heuristic_schedule
     from mlirrl_jax.measure.baselines import measure_xla
 
@@ -77,9 +88,9 @@ def _measure_layer(runner, program, count, threads, proposals, method, xla) -> t
         row.agent_ms, row.agent_source = row.unscheduled_ms, "unscheduled"
     if row.heuristic_ms is None:
         row.heuristic_ms = row.unscheduled_ms
-    if xla:
-        row.xla_ms = _ms(measure_xla(program, threads, method))
-    row.measured = 1 + len(candidates) + int(xla)
+    if xla is not False:
+        row.xla_ms = _ms(measure_xla(xla, threads, method))
+    row.measured = 1 + len(candidates) + int(xla is not False)
     return row, (best[2] if best is not None else None)
 
 
@@ -204,7 +215,7 @@ def optimize_model(
                     t,
                     proposals.get(layer.name),
                     method,
-                    xla,
+                    xla and _xla_program(model_dir, layer, programs[layer.name]),
                 )
                 if best is not None:
                     write_atomic(
@@ -271,11 +282,21 @@ def _search_heaviest(out, programs, threads, run, top, budget, method, seed, run
             program = programs[row.layer]
             say(f"[{threads} thread(s)] search {i}/{len(todo)}: {row.layer} x{row.count}")
             base = runner.measure(program, None, threads=1, method=method)
+            # the agent's pick measured again, as the search's first parent: it mutates what
+            # is known to be good, not only the heuristic's schedule and random episodes
+            chosen = out / "schedules" / str(threads) / f"{row.layer}.json"
+            known = []
+            if chosen.is_file():
+                schedule = Schedule.load(chosen)
+                known.append(
+                    (schedule, runner.measure(program, schedule, threads=threads, method=method))
+                )
             trials = evolutionary_trials(
-                program, agent, runner, threads, method, base, budget, seed, say
+                program, agent, runner, threads, method, base, budget, seed, say, known
             )
             good = [(_ms(m), source, m) for source, m, _ in trials if _ms(m) is not None]
-            row.searched, row.measured = True, row.measured + 1 + len(trials)
+            row.searched = True
+            row.measured += 1 + len(known) + len(trials)
             if good:
                 ms, source, m = min(good, key=lambda g: g[0])
                 row.search_ms = ms
