@@ -18,7 +18,7 @@ demo: $(STAMP)
 	$(VENV)/bin/mlirrl-jax demo
 
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2 --dist loadscope
+	$(PY) -m pytest -q -n 2 --dist loadscope --durations=15
 
 # no kernel timed, no training: the library's logic, the command line, the pipeline's text
 test-fast: $(STAMP)

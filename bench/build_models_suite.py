@@ -29,7 +29,10 @@ def main() -> None:
     for model, factory in MODELS.items():
         folder = Path(args.imports) / factory
         if not (folder / "model.json").is_file():
-            import_model(f"{ROOT / 'examples' / 'models' / 'zoo.py'}:{factory}", folder)
+            # models-v0 holds the convolutions as they were (strided ones direct, not gathered)
+            import_model(
+                f"{ROOT / 'examples' / 'models' / 'zoo.py'}:{factory}", folder, strided="direct"
+            )
         folders[model] = folder
     index = build_suite(folders, args.out)
     print(f"{len(index)} programs in {args.out}")

@@ -83,3 +83,34 @@ def test_a_failed_measurement_is_spent_and_recorded(mm_bias_relu, runner, surrog
 def test_a_configuration_that_cannot_run_is_refused_by_name(bad):
     with pytest.raises(SearchError, match=next(iter(bad))):
         EvolutionConfig(**bad)
+
+
+def test_known_schedules_are_parents_and_their_one_thread_ops_are_split(
+    mm_bias_relu, runner, surrogate
+):
+    """Schedules measured before (the agent's) are not measured again nor counted; at two
+    threads the search first measures them with each op left on one thread split over the
+    threads (`split_over_threads`), a schedule the masks allow."""
+    from mlirrl_jax.heuristics import heuristic_schedule
+    from mlirrl_jax.search import split_over_threads
+
+    one_thread = heuristic_schedule(mm_bias_relu, threads=1)
+    assert all(t.kind != "tile_parallel" for entry in one_thread.ops for t in entry.transforms)
+    split = split_over_threads(mm_bias_relu, one_thread, 2)
+    assert split is not None and split_over_threads(mm_bias_relu, one_thread, 1) is None
+    assert any(t.kind == "tile_parallel" for entry in split.ops for t in entry.transforms)
+    known = [(one_thread, runner.measure(mm_bias_relu, one_thread, threads=2))]
+    calls = []
+
+    def measure(schedule):
+        calls.append(schedule)
+        return runner.measure(mm_bias_relu, schedule, threads=2)
+
+    config = EvolutionConfig(budget=3, batch=2, candidates=8, update_epochs=0)
+    search = EvolutionarySearch(mm_bias_relu, surrogate, threads=2, config=config)
+    result = search.run(measure, known=known)
+    assert len(calls) == len(result.trials) == 3
+    assert one_thread.hash not in {s.hash for s in calls}  # known: not measured again
+    assert result.trials[0].origin == "split" and calls[0].hash == split.hash
+    assert result.trials[0].measurement.verified
+    assert all(passes_the_masks(search, s) for s in calls)
