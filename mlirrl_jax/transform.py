@@ -75,18 +75,9 @@ def window_loops(op: LinalgOp) -> list[tuple[int, int]]:
 # the named sliding-window ops MLIR's `transform.structured.decompose` turns into 1-D ones (a
 # depthwise NCHW convolution has no 1-D form there)
 DECOMPOSABLE = frozenset(
-    {
-        "linalg.conv_2d_nhwc_hwcf",
-        "linalg.conv_2d_nchw_fchw",
-        "linalg.depthwise_conv_2d_nhwc_hwc",
-        "linalg.pooling_nhwc_sum",
-        "linalg.pooling_nhwc_max",
-        "linalg.pooling_nhwc_min",
-        "linalg.pooling_nhwc_max_unsigned",
-        "linalg.pooling_nhwc_min_unsigned",
-        "linalg.pooling_nchw_sum",
-        "linalg.pooling_nchw_max",
-    }
+    ["linalg.conv_2d_nhwc_hwcf", "linalg.conv_2d_nchw_fchw", "linalg.depthwise_conv_2d_nhwc_hwc"]
+    + [f"linalg.pooling_nhwc_{k}" for k in ("sum", "max", "min", "max_unsigned", "min_unsigned")]
+    + ["linalg.pooling_nchw_sum", "linalg.pooling_nchw_max"]
 )
 
 
@@ -95,31 +86,21 @@ def decomposable(op: LinalgOp) -> bool:
     return op.name in DECOMPOSABLE and bool(window_loops(op))
 
 
-# the named 1-D sliding-window ops MLIR vectorizes as they are
-ONE_D_WINDOWS = (
-    "linalg.conv_1d",
-    "linalg.depthwise_conv_1d",
-    "linalg.pooling_nwc",
-    "linalg.pooling_ncw",
-)
+ONE_D_WINDOWS = ("linalg.conv_1d", "linalg.depthwise_conv_1d", "linalg.pooling_n")  # 1-D
 
 
 def vectorizable(op: LinalgOp) -> bool:
     """Whether MLIR's vectorizer takes the op as it is: every operand read through a projected
-    permutation (each dimension one loop with step 1, or a broadcast), or a named 1-D window.
-    A 2-D window vectorizes only once decomposed (`decomposable`); a depthwise NCHW window, or a
-    gather through an affine map such as `oh * 2 + kh` (`models.rewrite`), not at all: tiled,
-    it runs as scalar loops."""
-    if op.name.startswith(ONE_D_WINDOWS):
+    permutation (a dimension one loop with step 1, or a broadcast), or a named 1-D window. A 2-D
+    window vectorizes once decomposed (`decomposable`); a depthwise NCHW window or a gather
+    through `oh * 2 + kh` (`models.rewrite`) not at all: tiled, it runs as scalar loops."""
+    if op.name.startswith(ONE_D_WINDOWS) and len(window_loops(op)) == 1:
         return True
     for operand in op.operands:
-        loops = []
-        for row in operand.access:
-            nonzero = [i for i, c in enumerate(row) if c]
-            if len(nonzero) > 1 or (nonzero and row[nonzero[0]] != 1):
-                return False
-            loops += nonzero
-        if len(set(loops)) != len(loops):
+        rows = [[i for i, c in enumerate(row) if c] for row in operand.access]
+        loops = [i for row in rows for i in row]
+        steps = [operand.access[d][row[0]] for d, row in enumerate(rows) if row]
+        if any(len(row) > 1 for row in rows) or set(steps) - {1} or len(set(loops)) < len(loops):
             return False
     return True
 
