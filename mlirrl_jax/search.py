@@ -5,7 +5,7 @@ Each generation draws candidates: mutations of the best schedules measured so fa
 heuristic's schedule is measured first and seeds them, beside any schedules measured before
 the search, such as the agent's: `known`, not measured again; at more than one thread, the
 best of those with every op left on one thread split over the threads is measured first,
-`split_over_threads`) and fresh random episodes. The
+`split_schedule_over_threads`) and fresh random episodes. The
 surrogate ranks the distinct candidates not measured yet; the top `batch` are measured for
 real; the surrogate (the prior given) is fine-tuned on every verified measurement so far
 before the next generation. Every candidate comes out of the environment's masks (random episodes, and
@@ -102,15 +102,18 @@ class SearchResult:
         return sum(t.seconds is None for t in self.trials)
 
 
-def split_over_threads(program: Program, schedule: Schedule, threads: int) -> Schedule | None:
+def split_schedule_over_threads(
+    program: Program, schedule: Schedule, threads: int
+) -> Schedule | None:
     """`schedule` with every op it tiles but leaves on one thread (no `tile_parallel` or
     `tile_fuse`) split over `threads` first: its outermost parallel loop that divides into
     chunks of whole tiles of the op's last tiling (`heuristics.parallel_tile`); None if that
-    changes nothing (one thread, or no op splits)."""
+    changes nothing (one thread, a schedule that fuses, or no op splits)."""
     from mlirrl_jax.heuristics import parallel_tile
     from mlirrl_jax.schedule import TILE, TILE_FUSE, TILE_PARALLEL, Transform
 
-    if threads < 2:
+    fuses = any(t.kind == TILE_FUSE for entry in schedule.ops for t in entry.transforms)
+    if threads < 2 or fuses:  # a fused producer runs in its consumer's threads already
         return None
     per_op, changed = [], False
     by_id = {op.id: op for op in program.ops}
@@ -251,7 +254,7 @@ class EvolutionarySearch:
             key=lambda item: item[1].seconds,
         )[: config.parents]
         for _, trial in best_known:
-            variant = split_over_threads(self.program, trial.schedule, self.threads)
+            variant = split_schedule_over_threads(self.program, trial.schedule, self.threads)
             if variant is None or variant.hash in seen or len(result.trials) >= config.budget:
                 continue
             try:

@@ -90,14 +90,14 @@ def test_known_schedules_are_parents_and_their_one_thread_ops_are_split(
 ):
     """Schedules measured before (the agent's) are not measured again nor counted; at two
     threads the search first measures them with each op left on one thread split over the
-    threads (`split_over_threads`), a schedule the masks allow."""
+    threads (`split_schedule_over_threads`), a schedule the masks allow."""
     from mlirrl_jax.heuristics import heuristic_schedule
-    from mlirrl_jax.search import split_over_threads
+    from mlirrl_jax.search import split_schedule_over_threads
 
     one_thread = heuristic_schedule(mm_bias_relu, threads=1)
     assert all(t.kind != "tile_parallel" for entry in one_thread.ops for t in entry.transforms)
-    split = split_over_threads(mm_bias_relu, one_thread, 2)
-    assert split is not None and split_over_threads(mm_bias_relu, one_thread, 1) is None
+    split = split_schedule_over_threads(mm_bias_relu, one_thread, 2)
+    assert split is not None and split_schedule_over_threads(mm_bias_relu, one_thread, 1) is None
     assert any(t.kind == "tile_parallel" for entry in split.ops for t in entry.transforms)
     known = [(one_thread, runner.measure(mm_bias_relu, one_thread, threads=2))]
     calls = []
