@@ -79,7 +79,7 @@ def run_demo(out_dir: Path, programs: list[Program], config: DemoConfig) -> tupl
     from mlirrl_jax.agent.run import run_training
     from mlirrl_jax.agent.train import AgentConfig
     from mlirrl_jax.measure.fingerprint import machine_fingerprint
-    from mlirrl_jax.measure.peak import fma_peak_gflops
+    from mlirrl_jax.measure.profile import this_machine_profile
     from mlirrl_jax.regrounding import RegroundConfig, rounds
     from mlirrl_jax.shipped import SHIPPED_AGENT
     from mlirrl_jax.validation import Validation, ValidationConfig
@@ -144,7 +144,7 @@ def run_demo(out_dir: Path, programs: list[Program], config: DemoConfig) -> tupl
         agent_run=str(run),
     )
     rows = validation.run()
-    summary = validation.report(rows, fma_peak_gflops())
+    summary = validation.report(rows, this_machine_profile().fma_peak_gflops)
     log.info("whole pipeline in %.1f min", (time.perf_counter() - started) / 60)
     return rows, summary
 

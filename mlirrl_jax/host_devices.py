@@ -13,6 +13,8 @@ from pathlib import Path
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from mlirrl_jax.shipped import user_cache_dir
+
 FLAG = "--xla_force_host_platform_device_count"
 
 
@@ -46,12 +48,17 @@ def use_host_devices(count: int | None = None) -> int:
     return count
 
 
+def compilation_cache_folder(directory: str | os.PathLike | None = None) -> str:
+    """`directory`, else $JAX_COMPILATION_CACHE_DIR, else `xla` in the user's cache folder
+    (`mlirrl_jax.shipped.user_cache_dir`: under $MLIRRL_HOME when it is set)."""
+    chosen = directory or os.environ.get("JAX_COMPILATION_CACHE_DIR")
+    return str(Path(chosen or user_cache_dir() / "xla").resolve())
+
+
 def use_compilation_cache(directory: str | os.PathLike | None = None) -> str:
     """Keep XLA's compiled programs on disk, so that a rerun (a resumed training run, say)
-    skips compiling them again: `directory`, else $JAX_COMPILATION_CACHE_DIR, else
-    ~/.cache/mlirrl-jax/xla. Returns the folder."""
-    chosen = directory or os.environ.get("JAX_COMPILATION_CACHE_DIR")
-    chosen = str(Path(chosen or Path.home() / ".cache" / "mlirrl-jax" / "xla").resolve())
+    skips compiling them again, in `compilation_cache_folder(directory)`. Returns the folder."""
+    chosen = compilation_cache_folder(directory)
     jax.config.update("jax_compilation_cache_dir", chosen)
     return chosen
 

@@ -15,10 +15,12 @@ shipped ones (`data/agent`, `data/cost_model_multi`, `data/cost_model`, the Parq
 After changing the shipped data on purpose (a retrained agent copied into `data/agent`, a
 refitted surrogate into `data/cost_model_multi`, a new seed export), seal it again::
 
-    python -m mlirrl_jax.integrity seal data/agent data/cost_model_multi data/seed
+    python -m mlirrl_jax.integrity seal --force data/agent data/cost_model_multi data/seed
 
 (a folder gets a manifest; the Parquet files of `data/seed` get sidecars, as `store export`
-writes them). `verify` in place of `seal` checks the same paths and prints the time it took.
+writes them). Without `--force`, `seal` refuses a path whose files differ from the checksums
+it carries, naming them, so that damage is not sealed by mistake; with it, it names what it
+seals anew. `verify` in place of `seal` checks the same paths and prints the time it took.
 """
 
 from __future__ import annotations
@@ -109,15 +111,13 @@ def damaged(path: Path, why: str, redo: str) -> IntegrityError:
     return IntegrityError(f"{_shown(path)}: {why}; {_remedy(path, redo)}")
 
 
-def seal(folder: str | os.PathLike, only: Callable[[str], bool] | None = None) -> Path:
-    """Write `folder`'s manifest: the sha256 of every file under it (or of those whose path
-    relative to it `only` accepts); returns its path."""
-    folder = Path(folder)
-    manifest = folder / MANIFEST
+def _sealable(folder: Path, only: Callable[[str], bool] | None = None) -> dict[str, str]:
+    """The sha256 of every file a manifest of `folder` lists (or of those whose path relative
+    to it `only` accepts), by relative path."""
     # the run's lock is the running process's, not the artifact's (released: removed); a
     # temporary file of `write_atomic` is a write that a kill cut off
-    skip = {manifest, folder / LOCK}
-    files = {
+    skip = {folder / MANIFEST, folder / LOCK}
+    return {
         path.relative_to(folder).as_posix(): sha256_of(path)
         for path in sorted(folder.rglob("*"))
         if path.is_file()
@@ -125,9 +125,16 @@ def seal(folder: str | os.PathLike, only: Callable[[str], bool] | None = None) -
         and not (path.name.startswith(".") and path.name.endswith(".tmp"))
         and (only is None or only(path.relative_to(folder).as_posix()))
     }
+
+
+def seal(folder: str | os.PathLike, only: Callable[[str], bool] | None = None) -> Path:
+    """Write `folder`'s manifest: the sha256 of every file under it (or of those whose path
+    relative to it `only` accepts); returns its path."""
+    folder = Path(folder)
+    files = _sealable(folder, only)
     record = {"format": FORMAT, "files": files, "sha256": _entries_sha256(files)}
-    write_atomic(manifest, json.dumps(record, indent=1) + "\n")
-    return manifest
+    write_atomic(folder / MANIFEST, json.dumps(record, indent=1) + "\n")
+    return folder / MANIFEST
 
 
 def listed(folder: str | os.PathLike, redo: str = "make it again") -> dict[str, str]:
@@ -177,6 +184,14 @@ def seal_file(path: str | os.PathLike) -> Path:
     return sidecar
 
 
+def _recorded_sha256(sidecar: Path) -> str | None:
+    """The sha256 a sidecar records; None if it is not a `sha256sum` line."""
+    fields = sidecar.read_bytes().split()
+    if len(fields) != 2 or not _HEX.fullmatch(fields[0].decode("latin-1")):
+        return None
+    return fields[0].decode()
+
+
 def verify_file(path: str | os.PathLike, redo: str) -> bool:
     """Check a file against its sidecar; False if it has none (allowed but for the shipped
     seeds). `redo` says how to make it again."""
@@ -186,14 +201,42 @@ def verify_file(path: str | os.PathLike, redo: str) -> bool:
         if _shipped_folder(path) is not None:
             raise damaged(sidecar, "missing", redo)
         return False
-    fields = sidecar.read_bytes().split()
-    if len(fields) != 2 or not _HEX.fullmatch(fields[0].decode("latin-1")):
+    recorded = _recorded_sha256(sidecar)
+    if recorded is None:
         raise damaged(sidecar, "damaged (not a sha256 line)", redo)
     if not path.is_file():
         raise damaged(path, f"missing (its checksum is {sidecar.name})", redo)
-    if sha256_of(path) != fields[0].decode():
+    if sha256_of(path) != recorded:
         raise damaged(path, f"damaged (its sha256 does not match {sidecar.name})", redo)
     return True
+
+
+def changed_since_sealed(path: str | os.PathLike, single: bool) -> list[str]:
+    """What of a folder (or a `single` file) differs from the checksums it carries: files
+    changed, missing or new (so marked), or the manifest (sidecar) itself when damaged; []
+    when it carries none."""
+    path = Path(path)
+    if single:
+        sidecar = sidecar_of(path)
+        if not sidecar.is_file():
+            return []
+        recorded = _recorded_sha256(sidecar)
+        if recorded is None:
+            return [sidecar.name]
+        return [] if sha256_of(path) == recorded else [path.name]
+    if not (path / MANIFEST).is_file():
+        return []
+    try:
+        before = listed(path)
+    except IntegrityError:
+        return [MANIFEST]
+    now = _sealable(path)
+    marks = {name: " (missing)" for name in before.keys() - now.keys()}
+    marks |= {name: " (new)" for name in now.keys() - before.keys()}
+    differ = sorted(
+        name for name in before.keys() | now.keys() if before.get(name) != now.get(name)
+    )
+    return [name + marks.get(name, "") for name in differ]
 
 
 def read_json(path: str | os.PathLike, redo: str):
@@ -224,12 +267,24 @@ def _targets(path: Path) -> list[tuple[Path, bool]]:
     return [(path, path.is_file())]
 
 
+def listing(names: list[str], shown: int = 6) -> str:
+    """The first `shown` names, and how many more."""
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m mlirrl_jax.integrity", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("action", choices=["seal", "verify"])
     parser.add_argument("paths", nargs="+", type=Path, help="folders, or single files")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="seal files that changed since they were last sealed (named); without it, seal "
+        "refuses them",
+    )
     args = parser.parse_args(argv)
     try:
         for given in args.paths:
@@ -238,8 +293,15 @@ def main(argv: list[str] | None = None) -> int:
             for path, single in _targets(given):
                 started = time.perf_counter()
                 if args.action == "seal":
+                    changed = changed_since_sealed(path, single)
+                    names = listing(changed)
+                    if changed and not args.force:
+                        raise IntegrityError(
+                            f"{path}: {names} changed since it was sealed: check them, then "
+                            "seal with --force to seal them as they are"
+                        )
                     written = seal_file(path) if single else seal(path)
-                    print(f"sealed {path}: {written}")
+                    print(f"sealed {path}: {written}" + (f" (anew: {names})" if changed else ""))
                     continue
                 redo = "make it again"
                 checked = verify_file(path, redo) if single else verify(path, redo)

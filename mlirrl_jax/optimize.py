@@ -53,8 +53,9 @@ def evolutionary_trials(
     program, agent, runner, threads, method, base, budget, seed, say, known=()
 ) -> list:
     """The evolutionary search's trials as (source, measurement, predicted speedup), from the
-    agent's surrogate (the analytic stand-in has nothing to fine-tune: refused). `known`:
-    (schedule, measurement) pairs measured already (the agent's), the search's first parents."""
+    agent's surrogate (the analytic stand-in has nothing to fine-tune: refused). `known`: every
+    (schedule, measurement) pair the job measured already at `threads` (the heuristic's, the
+    agent's), the search's first parents: never measured again nor credited to the search."""
     from mlirrl_jax.search import EvolutionarySearch, EvolutionConfig
     from mlirrl_jax.surrogate.api import CostModel
 
@@ -125,12 +126,14 @@ def optimize(
     run = Path(run) if run else default_agent_run(threads)
     check_inputs(runs=(run,))
     from mlirrl_jax.agent.agent import Agent
+    from mlirrl_jax.agent.surrogate import check_this_machine
     from mlirrl_jax.host_devices import use_compilation_cache
     from mlirrl_jax.measure.compile import transformed_mlir
 
     use_compilation_cache()  # a rerun loads the agent's compiled search instead of compiling it
     check_program(program)
     agent = Agent.load(run)
+    check_this_machine(agent.surrogate, [threads])
     say(
         f"{program.name}: {len(program.ops)} op(s), {program.flops / 1e6:.1f} MFLOP; agent {run} "
         f"(surrogate of machine {agent.surrogate.machine_id or '-'}; this machine is "
@@ -173,10 +176,8 @@ def optimize(
                 f"{origin}): {m.summary()}{'' if m.verified or not m.ok else ' NOT VERIFIED'}"
             )
         if search == "evolutionary":
-            known = [
-                (scored.schedule, m)
-                for scored, (_, m, _) in zip(proposals, measured[1:], strict=True)
-            ]
+            schedules = [heuristic, *(scored.schedule for scored in proposals)]
+            known = [(s, m) for s, (_, m, _) in zip(schedules, measured, strict=True)]
             measured += evolutionary_trials(
                 program, agent, runner, threads, method, base, search_budget, seed, say, known
             )

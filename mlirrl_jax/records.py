@@ -132,6 +132,7 @@ class ValidationRow(Record):
     unverified: int  # candidates that ran but were not verified
     methods: dict[str, MethodResult]  # "unscheduled", the methods measured, "xla", "numpy"
     machine_id: str = ""
+    program_hash: str = ""  # what a rerun resumes by: the program's content, not its name
 
     _NESTED_DICTS = {"methods": MethodResult}
 

@@ -225,6 +225,11 @@ def _remove_new(folder: Path, before: set[str]) -> None:
             entry.unlink(missing_ok=True)
 
 
+def clear_folder(folder: str | os.PathLike) -> None:
+    """Remove everything in `folder` but its lock (a run that replaces the one there)."""
+    _remove_new(Path(folder), set())
+
+
 def _remove_created(folder: Path, created: Path) -> None:
     """Remove `folder` and its parents up to `created` where they are empty."""
     for path in (folder, *folder.parents):

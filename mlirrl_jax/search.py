@@ -3,7 +3,8 @@ agent (Ansor's, MetaSchedule's), and the baseline the agent has to beat at equal
 
 Each generation draws candidates: mutations of the best schedules measured so far (the
 heuristic's schedule is measured first and seeds them, beside any schedules measured before
-the search, such as the agent's: `known`, not measured again; at more than one thread, the
+the search, such as the heuristic's and the agent's in a job that measured them: `known`,
+neither measured again nor among the search's trials; at more than one thread, the
 best of those with every op left on one thread split over the threads is measured first,
 `split_schedule_over_threads`) and fresh random episodes. The
 surrogate ranks the distinct candidates not measured yet; the top `batch` are measured for

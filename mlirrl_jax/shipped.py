@@ -4,7 +4,10 @@ the agent, the profiles of known machines) and what a user's runs write.
 Shipped data is package data (`mlirrl_jax/data` in an installed package, `data/` in a
 checkout); nothing is ever written there. A user's measurement store and the agents adapted
 to their machines go to the per-user data directory (`user_data_dir`): `$MLIRRL_HOME`, else
-`$XDG_DATA_HOME/mlirrl-jax`, else `~/.local/share/mlirrl-jax`.
+`$XDG_DATA_HOME/mlirrl-jax`, else `~/.local/share/mlirrl-jax`. What can be made again (this
+machine's profile, reference outputs, XLA's compiled programs) goes to the per-user cache
+folder (`user_cache_dir`): `$MLIRRL_HOME/cache`, else `$XDG_CACHE_HOME/mlirrl-jax`, else
+`~/.cache/mlirrl-jax`.
 """
 
 from __future__ import annotations
@@ -32,6 +35,15 @@ def user_data_dir() -> Path:
     if os.environ.get("MLIRRL_HOME"):
         return Path(os.environ["MLIRRL_HOME"]).expanduser()
     base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(base).expanduser() / "mlirrl-jax"
+
+
+def user_cache_dir() -> Path:
+    """This user's cache folder: `$MLIRRL_HOME/cache`, else `$XDG_CACHE_HOME/mlirrl-jax`, else
+    `~/.cache/mlirrl-jax`."""
+    if os.environ.get("MLIRRL_HOME"):
+        return user_data_dir() / "cache"
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base).expanduser() / "mlirrl-jax"
 
 

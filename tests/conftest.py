@@ -2,6 +2,7 @@
 
 import os
 import tempfile
+from unittest import mock
 
 import pytest
 
@@ -10,9 +11,17 @@ os.environ.setdefault("MLIRRL_REFERENCE_CACHE", tempfile.mkdtemp(prefix="mlirrl-
 # and stores and adapted agents the commands write by default, to one of its own
 os.environ["MLIRRL_HOME"] = tempfile.mkdtemp(prefix="mlirrl-test-home-")
 
+from mlirrl_jax.measure import profile
 from mlirrl_jax.measure.runner import Runner
 from mlirrl_jax.programs import generate as g
 from mlirrl_jax.programs.ir import parse_program
+from mlirrl_jax.shipped import user_cache_dir
+
+# but this machine's profile stays in the user's cache folder: it is measured once per
+# machine, on a quiet machine, not once per session
+with mock.patch.dict(os.environ, {"MLIRRL_HOME": ""}):
+    user_profiles = user_cache_dir() / "machine"
+os.environ.setdefault(profile.CACHE_ENV, str(user_profiles))
 
 MATMUL = """
 func.func @matmul(%A: tensor<64x128xf32>, %B: tensor<128x96xf32>) -> tensor<64x96xf32> {

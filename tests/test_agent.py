@@ -285,6 +285,47 @@ def test_train_runs_the_same_iterations_in_one_scan(straight_run):
         assert np.allclose(a, b, atol=1e-5)
 
 
+def test_a_machine_or_thread_count_the_surrogate_was_not_fitted_on_is_warned_of(
+    tmp_path, caplog, monkeypatch
+):
+    import logging
+
+    from mlirrl_jax.agent.surrogate import Surrogate, check_this_machine, load_surrogate
+    from mlirrl_jax.host_devices import available_cores
+    from mlirrl_jax.measure.fingerprint import machine_fingerprint
+    from mlirrl_jax.shipped import SHIPPED_SURROGATE
+
+    monkeypatch.setattr(logging.getLogger("mlirrl_jax"), "propagate", True)  # the CLI's setting
+
+    def warnings(surrogate, threads) -> list[str]:
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            check_this_machine(surrogate, threads)
+        return [record.getMessage() for record in caplog.records]
+
+    # the check reads what names the surrogate and its fit's metrics, not its weights
+    shipped = Surrogate(None, None, {"kind": "surrogate"}, (), str(SHIPPED_SURROGATE), (1, 2))
+    here = machine_fingerprint()["machine_id"]
+    held_out = json.loads((Path(shipped.path) / "metrics.json").read_text())["surrogate"]
+    [line] = warnings(replace(shipped, fitted_machines=("elsewhere", "yonder")), [1])
+    assert f"this machine ({here}) is not among" in line and "(elsewhere, yonder)" in line
+    assert "no score of it on a machine left out of its fit is recorded" in line
+    assert f"held-out Spearman {held_out['spearman']:.2f}" in line
+    assert "`make demo`" in line and "train --out RUN --rounds N" in line
+    # a score the fit recorded of a machine left out of it is given instead
+    left_out = {"leave_one_machine_out": {"spearman": 0.702, "mape_speedup": 0.723}}
+    (tmp_path / "metrics.json").write_text(json.dumps(left_out))
+    [line] = warnings(replace(shipped, path=str(tmp_path), fitted_machines=("elsewhere",)), [1])
+    assert "left out of its fit it scored Spearman 0.70, MAPE 72% there" in line
+    known = replace(shipped, fitted_machines=(here, "elsewhere"), fitted_threads=(1, 2))
+    assert warnings(known, [1, 2][: available_cores()]) == []
+    beyond = available_cores() + 1
+    more, extrapolated = warnings(replace(known, fitted_threads=(1,)), [beyond])
+    assert f"--threads {beyond} is more than the {available_cores()} cores" in more
+    assert f"fitted at 1 thread(s) only, so its predictions at {beyond}" in extrapolated
+    assert warnings(load_surrogate("analytic"), [1]) == []  # fitted on nothing
+
+
 TWO_DEVICES = """
 import jax, numpy as np
 from mlirrl_jax.host_devices import use_host_devices

@@ -99,6 +99,16 @@ def test_optimize_goes_on_when_the_unscheduled_run_is_over_the_limit(tmp_path, c
     assert rows[0]["source"] == "unscheduled" and rows[0]["status"] == "timeout"
     assert rows[0]["error"].startswith("kernel run (verify and timing) not done within 1.5 s")
     assert "unscheduled over the 1.5 s limit" in printed.out
+    # the shipped agent's surrogate (nothing is adapted in the tests' data folder) is warned of
+    # where it was not fitted on this machine
+    from mlirrl_jax.adopted import default_agent_run
+    from mlirrl_jax.measure.fingerprint import machine_fingerprint
+    from mlirrl_jax.shipped import SHIPPED_AGENT, SHIPPED_SURROGATE
+
+    assert default_agent_run(1) == SHIPPED_AGENT
+    machines = json.loads((SHIPPED_SURROGATE / "model.json").read_text())["machines"]
+    here = machine_fingerprint()["machine_id"]
+    assert (f"this machine ({here}) is not among" in printed.err) == (here not in machines)
 
 
 @pytest.mark.measures

@@ -112,6 +112,30 @@ def test_the_ray_backend_without_ray_fails_before_creating_the_store(tmp_path, m
     assert not store.exists() and not store.parent.exists()
 
 
+def test_a_bad_or_empty_schedule_mix_is_refused_by_name_before_the_store(tmp_path, capsys):
+    store = tmp_path / "new" / "m.db"
+    command = ["collect", "--store", str(store), "--rows", "1", "--max-programs", "1"]
+    for mix, problem in [
+        ("", "--mix names no schedule source"),
+        ("random:inf,heuristic:1", "--mix share of 'random' must be finite and positive, got inf"),
+    ]:
+        assert main([*command, "--mix", mix]) == 2
+        assert error_of(capsys) == f"error: {problem}"
+    assert not store.parent.exists()
+
+
+def test_a_flag_that_needs_another_is_refused_without_it_naming_both(tmp_path, capsys):
+    kernel, out = tmp_path / "k.mlir", tmp_path / "out"
+    kernel.write_text(MATMUL)
+    assert main(["optimize", str(kernel), "--out", str(out), "--search-budget", "8"]) == 2
+    err = error_of(capsys)
+    assert "--search-budget" in err and "--search evolutionary" in err
+    assert main(["optimize-model", str(tmp_path), "--out", str(out), "--search-budget", "8"]) == 2
+    err = error_of(capsys)
+    assert "--search-budget" in err and "--search-top N" in err
+    assert not out.exists()
+
+
 def test_a_binary_program_file_is_named(tmp_path, capsys):
     binary = tmp_path / "kernel.mlir"
     binary.write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff\xfe" * 8)
@@ -331,6 +355,53 @@ def test_ctrl_c_stops_a_collection_and_leaves_its_store_consistent(tmp_path, mom
         assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     with MeasurementStore(store, create=False) as opened:
         assert opened.summary()["measurements"] < 50
+
+
+# fault injection: SIGINT sent by a thread that sees the main thread waiting on XLA's compile
+CTRL_C_WHILE_COMPILING = """
+import os, signal, sys, threading, time, traceback
+import jax, jax.numpy as jnp
+from mlirrl_jax.interrupt import stop_on_ctrl_c
+
+def ctrl_c_once_compiling():
+    while True:
+        frame = sys._current_frames().get(threading.main_thread().ident)
+        while frame is not None and frame.f_code.co_name != "backend_compile_and_load":
+            frame = frame.f_back
+        if frame is not None:
+            os.kill(os.getpid(), signal.SIGINT)
+            return
+        time.sleep(0.001)
+
+@jax.jit
+def large(x):
+    for i in range(80):
+        x = jnp.sin(x) * (i + 1.0) + jnp.cos(x[::-1])
+    return x
+
+threading.Thread(target=ctrl_c_once_compiling, daemon=True).start()
+try:
+    with stop_on_ctrl_c():
+        large(jnp.ones(64)).block_until_ready()
+except KeyboardInterrupt as stop:
+    print("raised in", traceback.extract_tb(stop.__traceback__)[-1].name)
+    sys.exit(130)
+"""
+
+
+def test_ctrl_c_while_jax_compiles_stops_when_the_compilation_ends_without_a_crash():
+    # raised while XLA still compiled on its threads, the interrupt ended the interpreter under
+    # them: a segmentation fault. Compiled for real, not loaded from the session's cache:
+    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
+    job = subprocess.run(
+        [sys.executable, "-c", CTRL_C_WHILE_COMPILING],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert job.returncode == 130, job.stderr[-3000:]
+    assert job.stdout.strip() == "raised in check_stop"
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the swallowed one

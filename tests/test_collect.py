@@ -253,11 +253,23 @@ def test_a_schedule_mix_names_its_sources_and_shares():
     for bad, words in [
         ("random:0.5,search:0.5", "unknown schedule source 'search'"),
         ("random:x", "not a number"),
-        ("random:0", "must be positive"),
+        ("random:0", "must be finite and positive, got 0.0"),
         (" , ", "names no schedule source"),
+        ("", "names no schedule source"),
+        ("random:inf,heuristic:1", "share of 'random' must be finite and positive, got inf"),
+        ("random:1,agent:nan", "share of 'agent' must be finite and positive, got nan"),
+        ("random:-1", "share of 'random' must be finite and positive"),
     ]:
         with pytest.raises(ValueError, match=words):
             parse_mix(bad)
+
+
+def test_a_job_refuses_a_mix_whose_shares_do_not_make_probabilities(tmp_path):
+    for mix in [(("random", float("inf")), ("heuristic", 1.0)), (), (("search", 1.0),)]:
+        config = CollectConfig(store=tmp_path / "m.db", budget=1, mix=mix)
+        with pytest.raises(ValueError, match="--mix"):
+            CollectionJob(config)
+    assert not (tmp_path / "m.db").exists()
 
 
 def _sampled(tmp_path, mix, count, name):

@@ -263,3 +263,39 @@ def test_an_export_carries_its_checksum(tmp_path):
         inject(path, "truncate")
         with pytest.raises(IntegrityError, match=f"^{path}: damaged"):
             other.import_parquet(path)
+
+
+def test_sealing_names_changed_files_and_a_surrogate_predicting_nan_is_refused(tmp_path, capsys):
+    """Parameters damaged to NaN (a fault injected: NaN weights saved over a sealed copy's
+    checkpoint): `seal` refuses the changed folder, naming its files, unless --force; sealed
+    anyway, its weights refuse the load: every prediction made with them is NaN."""
+    import jax
+
+    model = CostModel.load(SHIPPED_SURROGATE)
+    folder = shutil.copytree(SHIPPED_SURROGATE, tmp_path / "surrogate")
+    nan = CostModel(model.graphdef, jax.tree.map(lambda a: a * np.nan, model.params), model.meta)
+    nan.save(tmp_path / "nan")
+    shutil.rmtree(folder / "checkpoint")
+    shutil.copytree(tmp_path / "nan" / "checkpoint", folder / "checkpoint")
+    changed = sorted(
+        p.relative_to(folder).as_posix()
+        for p in files_of(folder)
+        if p.name != integrity.MANIFEST
+        and integrity.listed(folder).get(p.relative_to(folder).as_posix()) != integrity.sha256_of(p)
+    )
+    assert changed
+    before = (folder / integrity.MANIFEST).read_bytes()
+    assert integrity.main(["seal", str(folder)]) == 2
+    line = one_error_line(capsys)
+    assert str(folder) in line and changed[0] in line and "--force" in line
+    assert (folder / integrity.MANIFEST).read_bytes() == before  # nothing blessed
+    assert integrity.main(["seal", "--force", str(folder)]) == 0
+    assert changed[0] in capsys.readouterr().out  # what it blessed, named
+    assert integrity.main(["verify", str(folder)]) == 0
+    with pytest.raises(IntegrityError, match=r"weights hold \d+ NaN or infinite values") as caught:
+        CostModel.load(folder)
+    assert str(caught.value).startswith(f"{folder}: ") and "\n" not in str(caught.value)
+    intact = shutil.copytree(SHIPPED_SURROGATE, tmp_path / "intact")
+    assert integrity.main(["seal", str(intact)]) == 0  # unchanged: sealed again as it was
+    assert integrity.verify(intact, "-")
+    assert CostModel.load(SINGLE_MACHINE_SURROGATE).meta["feature_version"] == 4

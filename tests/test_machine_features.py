@@ -19,7 +19,9 @@ from mlirrl_jax.measure.bandwidth import stream_bandwidth_gbs
 from mlirrl_jax.measure.fingerprint import machine_fingerprint, vector_lanes
 from mlirrl_jax.measure.profile import (
     CACHE_ENV,
+    PROFILE_METHOD,
     MachineProfile,
+    NoisyMachineError,
     UnknownMachineError,
     known_profiles,
     measured_profile,
@@ -127,9 +129,14 @@ def test_bandwidth_is_plausible_and_a_profile_is_measured_once(tmp_path, monkeyp
     assert 0.5 < stream_bandwidth_gbs(buffer_mib=64, repeats=3) < 5000  # GB/s
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
     assert measured_profile(measure=False) is None  # nothing cached: nothing measured
-    first = measured_profile()
-    cached = tmp_path / "cache" / f"{here()}.json"
+    cached = tmp_path / "cache" / f"{here()}-m{PROFILE_METHOD}.json"
+    try:
+        first = measured_profile()
+    except NoisyMachineError as noisy:  # other work runs beside the tests: refused, not cached
+        assert "quiet machine" in str(noisy) and not cached.exists()
+        pytest.skip(f"this machine is busy: {noisy}")
     assert cached.is_file() and first.measured
+    assert "the best of 3 within 10% of each other" in first.sources["bandwidth_gbs"]
     assert first.machine_id == here() and first.vector_lanes == vector_lanes()
     assert first.fma_peak_gflops > 1 and 0.5 < first.bandwidth_gbs < 5000
     assert first.l1d_bytes > 0 and first.cores == machine_fingerprint()["cores"]

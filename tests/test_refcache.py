@@ -129,6 +129,9 @@ def test_the_folder_follows_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "mine"))
     assert default_folder() == tmp_path / "mine"
     monkeypatch.delenv(CACHE_ENV)
+    monkeypatch.setenv("MLIRRL_HOME", str(tmp_path / "home-of-mlirrl"))
+    assert default_folder() == tmp_path / "home-of-mlirrl" / "cache" / "reference"
+    monkeypatch.delenv("MLIRRL_HOME")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert default_folder() == tmp_path / "xdg" / "mlirrl-jax" / "reference"
     monkeypatch.delenv("XDG_CACHE_HOME")

@@ -2,6 +2,7 @@
 real measurement in the worker, verified outputs, XLA beside them."""
 
 import json
+import shlex
 from dataclasses import replace
 from pathlib import Path
 
@@ -92,7 +93,7 @@ def test_the_report_counts_failed_candidates_beside_the_speedups(validated):
     assert any(line.endswith("| candidates failed |") for line in lines)
     # a candidate that timed out is a result of the run, counted in its program's row
     timed_out = [replace(rows[0], failed=["timeout"], failed_counts={"timeout": 1}), rows[1]]
-    text = format_validation(timed_out, summary, v.config, {})
+    text = format_validation(timed_out, summary, v.config, {}, {})
     row = next(line for line in text.splitlines() if line.startswith("| matmul |"))
     assert row.endswith("| timeout 1 |") and "x |" in row
 
@@ -126,6 +127,65 @@ def test_validation_goes_on_where_it_stopped_and_stores_its_measurements(validat
         assert store.count() == sum(r.kernel_measurements for r in rows)
     with pytest.raises(ValidationError, match="other settings"):
         Validation(agent, v.programs, out, ValidationConfig(**{**SMALL, "budget": 3}))
+
+
+def test_every_printed_replay_command_runs_as_printed(validated, capsys):
+    """The programs are the user's own (not suite URIs): each command names a file."""
+    out, rows, _, _ = validated
+    commands = [
+        line.strip()
+        for line in (out / "validation.md").read_text().splitlines()
+        if line.strip().startswith("mlirrl-jax measure ")
+    ]
+    assert len(commands) == len(rows)  # the agent's top-k of each program
+    for command in commands:
+        assert main(shlex.split(command)[1:]) == 0, capsys.readouterr().err
+        assert "verified" in capsys.readouterr().out
+
+
+def test_a_rerun_on_a_changed_program_is_refused_naming_both_hashes(validated, agent):
+    """The same name, 16 times the FLOPs: its rows are not the old program's."""
+    from mlirrl_jax.programs.ir import parse_program
+    from mlirrl_jax.validation import Validation, ValidationConfig, ValidationError
+
+    out, rows, _, v = validated
+    assert [r.program_hash for r in rows] == [p.hash for p in v.programs]
+    bigger = parse_program(MATMUL.replace("64x", "1024x"), "matmul")
+    assert bigger.flops == 16 * v.programs[0].flops
+    with pytest.raises(ValidationError) as caught:
+        Validation(
+            agent,
+            [bigger, v.programs[1]],
+            out,
+            ValidationConfig(**SMALL, store=v.config.store),
+            agent_run=str(SHIPPED_AGENT),
+        )
+    message = str(caught.value)
+    assert "matmul" in message and "--out" in message and "\n" not in message
+    assert v.programs[0].hash[:12] in message and bigger.hash[:12] in message
+
+
+@pytest.mark.measures
+def test_the_evolutionary_search_is_not_credited_with_the_heuristics_schedule(
+    agent, matmul, runner
+):
+    """The heuristic's schedule, measured for its own method, is the search's known parent:
+    not measured again, not among the search's trials, not its figure."""
+    from mlirrl_jax.heuristics import heuristic_schedule
+    from mlirrl_jax.surrogate.api import CostModel
+    from mlirrl_jax.validation import Plan, ValidationConfig
+    from mlirrl_jax.validation.measure import measure_plan
+
+    heuristic = heuristic_schedule(matmul, 1)
+    plan = Plan(matmul, (heuristic, 1.0), [], [], [], [], 1.0)
+    config = ValidationConfig(**SMALL, evolutionary_budget=1, xla=False, numpy=False)
+    base = runner.measure(matmul, None)
+    row = measure_plan(plan, 1, base, runner, config, None, CostModel.load(agent.surrogate.path))
+    assert row.methods["heuristic"].schedule == heuristic.to_json()
+    evolutionary = row.methods["evolutionary"]
+    assert evolutionary.spent == 1 and len(evolutionary.trials_ms) == 1
+    assert evolutionary.schedule != heuristic.to_json()
+    assert row.kernel_measurements == 3  # unscheduled, heuristic, the search's one
 
 
 def test_each_thread_count_takes_the_agent_adapted_to_it(tmp_path, monkeypatch, agent, matmul):
@@ -175,17 +235,25 @@ def test_validation_refuses_bad_settings():
         ValidationConfig(budget=8, guided_samples=4)
 
 
-def test_optimize_a_hand_written_kernel(tmp_path, capsys):
+@pytest.mark.measures
+def test_optimize_a_hand_written_kernel_measuring_each_schedule_once(tmp_path, capsys):
+    """With the evolutionary search after the agent: the heuristic's and the agent's schedules
+    are its known parents, never measured again nor credited to it."""
     kernel = tmp_path / "mm.mlir"
     kernel.write_text(MATMUL)
     out = tmp_path / "out"
-    code = main(["optimize", str(kernel), "--out", str(out), "--budget", "2"])
+    search = ["--search", "evolutionary", "--search-budget", "1"]
+    code = main(["optimize", str(kernel), "--out", str(out), "--budget", "2", *search])
     assert code == 0, capsys.readouterr().err
     summary = json.loads((out / "summary.json").read_text())
     for key in ("baseline_ms", "heuristic_ms", "best_ms", "speedup", "verified", "measurements"):
         assert key in summary
-    assert summary["verified"] and summary["measurements"] == 4  # base, heuristic, 2 agent
+    assert summary["verified"] and summary["measurements"] == 5  # base, heuristic, 2 agent, 1
     assert summary["best_ms"] <= summary["heuristic_ms"]
+    rows = [json.loads(line) for line in (out / "measurements.jsonl").read_text().splitlines()]
+    sources = ["unscheduled", "heuristic", "agent 1", "agent 2", "evolutionary 1"]
+    assert [r["source"].split(",")[0] for r in rows] == sources
+    assert len({r["schedule_hash"] for r in rows}) == len(rows)
     from mlirrl_jax.records import OptimizeSummary
 
     typed = OptimizeSummary.from_json(summary)  # the file is the typed record, whole

@@ -4,7 +4,9 @@ ResNet-18 and MobileNetV2 follow torchvision's definitions layer for layer (the 
 strides and channel counts; random weights), so that no torchvision install is needed;
 `bert_layer` is one BERT-base encoder layer (hidden 768, 12 heads, feed-forward 3072) at a
 sequence of 128 tokens. Each factory returns a module in eval mode; batch-norm layers use their
-running statistics, as in inference.
+running statistics, as in inference. The tiny models at the end each show one case the import
+must handle: a layer beyond the environment's tables, an op that is not Linalg, a size that
+depends on the data.
 """
 
 from __future__ import annotations
@@ -140,6 +142,38 @@ class SmallNet(nn.Module):
         return self.fc(torch.flatten(torch.relu(self.conv(x)), 1))
 
 
+class Conv3dNet(nn.Module):
+    """A 3-D convolution with bias and ReLU: the convolution's nine loops are beyond the
+    environment's tables, so the cut splits it from its ReLU."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv3d(2, 4, 3, 1, 1)
+
+    def forward(self, x):
+        return torch.relu(self.conv(x))
+
+
+class SortNet(nn.Module):
+    """Each row sorted, then a linear layer: the sort lowers to torch-mlir's own
+    `tm_tensor.sort`, not to Linalg."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.fc(torch.sort(x, dim=-1).values)
+
+
+class NonzeroNet(nn.Module):
+    """The positive entries' positions: `torch.nonzero`'s result has a size computed from the
+    data."""
+
+    def forward(self, x):
+        return torch.nonzero(x > 0).sum()
+
+
 def _eval(model: nn.Module, seed: int = 0) -> nn.Module:
     torch.manual_seed(seed)
     for module in model.modules():  # non-trivial batch-norm statistics, fixed by the seed
@@ -173,10 +207,30 @@ def small_net() -> nn.Module:
     return _eval(SmallNet())
 
 
+def conv3d_net() -> nn.Module:
+    """A 3-D convolution with bias and ReLU (input 1x2x4x8x8)."""
+    torch.manual_seed(0)
+    return _eval(Conv3dNet())
+
+
+def sort_net() -> nn.Module:
+    """A sort and a linear layer (input 2x16)."""
+    torch.manual_seed(0)
+    return _eval(SortNet())
+
+
+def nonzero_net() -> nn.Module:
+    """`torch.nonzero` (input 4x4)."""
+    return _eval(NonzeroNet())
+
+
 # the example input shape of each factory, read by `import-model` when none is given
 INPUT_SHAPES = {
     "resnet18": (1, 3, 224, 224),
     "mobilenet_v2": (1, 3, 224, 224),
     "bert_layer": (1, 128, 768),
     "small_net": (1, 3, 8, 8),
+    "conv3d_net": (1, 2, 4, 8, 8),
+    "sort_net": (2, 16),
+    "nonzero_net": (4, 4),
 }

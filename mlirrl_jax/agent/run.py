@@ -23,7 +23,7 @@ from mlirrl_jax.agent import checkpoint
 from mlirrl_jax.agent.evaluate import Evaluator, geomean_speedup
 from mlirrl_jax.agent.networks import abstract
 from mlirrl_jax.agent.report import format_summary, save_learning_curve
-from mlirrl_jax.agent.surrogate import Surrogate, load_surrogate
+from mlirrl_jax.agent.surrogate import Surrogate, check_this_machine, load_surrogate
 from mlirrl_jax.agent.train import AgentConfig, TrainingState, budget_share, make_train, optimizer
 from mlirrl_jax.env.table import encode_programs
 from mlirrl_jax.errors import Error
@@ -232,6 +232,7 @@ def run_training(
     rounds = regrounding(out, resume, config, train_programs, surrogate) if regrounding else None
     if rounds is not None:
         surrogate = rounds.current()
+    check_this_machine(surrogate, threads, "--train-threads")
     if resume:
         _check_surrogate(out, meta, surrogate, rounds.before_last() if rounds else None)
     if not train_programs:

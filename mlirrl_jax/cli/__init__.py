@@ -21,9 +21,10 @@ from mlirrl_jax.cli import (
     collect,
     demo,
     fit,
+    import_model,
     measure,
-    models,
     optimize,
+    optimize_model,
     show,
     store,
     suite,
@@ -36,7 +37,20 @@ from mlirrl_jax.runfolder import command_line, has_checkpoint
 from mlirrl_jax.shipped import DEFAULT_STORE, OLD_DEFAULT_STORE
 from mlirrl_jax.util.progress import show_progress
 
-COMMANDS = (measure, demo, collect, store, fit, suite, show, train, validate, optimize, models)
+COMMANDS = (
+    measure,
+    demo,
+    collect,
+    store,
+    fit,
+    suite,
+    show,
+    train,
+    validate,
+    optimize,
+    import_model,
+    optimize_model,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -104,7 +104,7 @@ def run(args) -> int:
         hours=args.hours,
         **worker_settings(args),
         **given(args, FIELDS),
-        **({"mix": parse_mix(args.mix)} if args.mix else {}),
+        **({"mix": parse_mix(args.mix)} if args.mix is not None else {}),
         agent=Path(args.agent) if args.agent else None,
         surrogate=Path(args.surrogate) if args.surrogate else None,
         measure_cpus=args.measure_cpus or (),

@@ -9,7 +9,9 @@ from mlirrl_jax.cli.options import (
     POSITIVE_INT,
     add_phase_limits,
     add_worker_options,
+    given,
     module_constant,
+    refuse_without,
 )
 from mlirrl_jax.runfolder import run_folder
 
@@ -40,10 +42,7 @@ def register(sub) -> None:
         "measured schedules, ranked by the agent's surrogate, fine-tuned between batches)",
     )
     p.add_argument(
-        "--search-budget",
-        type=POSITIVE_INT,
-        default=64,
-        help="real measurements of the search (64)",
+        "--search-budget", type=POSITIVE_INT, help="real measurements of the search (64)"
     )
     add_worker_options(p)
     add_phase_limits(p)
@@ -51,6 +50,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    refuse_without(args, "--search-budget", "--search evolutionary", args.search != "none")
     from mlirrl_jax.optimize import optimize
 
     # summary.json is written last: a folder holding it has a result to keep
@@ -69,7 +69,7 @@ def run(args) -> int:
             compile_timeout_s=args.compile_timeout,
             reference_timeout_s=args.reference_timeout,
             search=args.search,
-            search_budget=args.search_budget,
+            **given(args, ("search_budget",)),
             start=args.start,
         )
     if summary.speedup is None:

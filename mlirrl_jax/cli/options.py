@@ -21,6 +21,7 @@ import math
 import tokenize
 from pathlib import Path
 
+from mlirrl_jax.errors import ConfigError
 from mlirrl_jax.measure.runner import (
     DEFAULT_COMPILE_TIMEOUT_S,
     DEFAULT_MEM_LIMIT_MB,
@@ -246,6 +247,13 @@ def add_field_flags(
             parser.add_argument(
                 flag, dest=name, type=kind, choices=choices.get(name), help=help_text
             )
+
+
+def refuse_without(args: argparse.Namespace, flag: str, needed: str, present: bool) -> None:
+    """Refuse `flag`, if given, where the flag it needs (`needed`) is not (`present` False):
+    nothing would read it. Such a flag's default is None (the library's default applies)."""
+    if getattr(args, flag.lstrip("-").replace("-", "_")) is not None and not present:
+        raise ConfigError(f"{flag} needs {needed}: pass {needed} too, or drop {flag}")
 
 
 def given(args: argparse.Namespace, names) -> dict:

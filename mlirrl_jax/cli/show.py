@@ -40,8 +40,10 @@ def run(args) -> int:
     schedule = None
     if args.agent:
         from mlirrl_jax.agent.agent import Agent
+        from mlirrl_jax.agent.surrogate import check_this_machine
 
         agent = Agent.load(args.agent)
+        check_this_machine(agent.surrogate, [args.threads])
         best = agent.scored_schedules([program], n=args.n, threads=args.threads)[0]
         for rank, scored in enumerate(best, 1):
             print(

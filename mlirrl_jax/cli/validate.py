@@ -104,7 +104,8 @@ def run(args) -> int:
 
 def _validate(args, runs: dict[int, Path], programs, out: Path) -> int:
     from mlirrl_jax.agent.agent import Agent
-    from mlirrl_jax.measure.peak import fma_peak_gflops
+    from mlirrl_jax.agent.surrogate import check_this_machine
+    from mlirrl_jax.measure.profile import this_machine_profile
     from mlirrl_jax.optimize import check_program
     from mlirrl_jax.validation import Validation, ValidationConfig
 
@@ -117,6 +118,8 @@ def _validate(args, runs: dict[int, Path], programs, out: Path) -> int:
         **given(args, FIELDS),
     )
     loaded = {run: Agent.load(run) for run in set(runs.values())}
+    for run, agent in loaded.items():
+        check_this_machine(agent.surrogate, [t for t, r in runs.items() if r == run])
     agents = {t: loaded[run] for t, run in runs.items()}
     for t, run in runs.items():
         print(
@@ -133,7 +136,7 @@ def _validate(args, runs: dict[int, Path], programs, out: Path) -> int:
     validation = Validation(
         agents, programs, out, config, agent_run={t: str(r) for t, r in runs.items()}
     )
-    validation.report(validation.run(), fma_peak_gflops())
+    validation.report(validation.run(), this_machine_profile().fma_peak_gflops)
     print((out / "validation.md").read_text())
     print(
         f"report: {out}/validation.md, validation.json, validation_speedups.png, "

@@ -4,6 +4,7 @@ and the job's report."""
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,22 +25,28 @@ SOURCES = ("random", "heuristic", "agent", "uncertain")
 
 def parse_mix(text: str) -> tuple[tuple[str, float], ...]:
     """`random:0.4,heuristic:0.4,agent:0.2` (a bare name has share 1) as (source, share)
-    pairs; an unknown source or a share that is not a positive number is an error."""
+    pairs, checked (`check_mix`); a share that is not a number is an error."""
     mix = []
     for part in (p.strip() for p in text.split(",") if p.strip()):
         name, _, share = part.partition(":")
-        if name not in SOURCES:
-            raise ConfigError(f"unknown schedule source {name!r} in --mix; known: {SOURCES}")
         try:
-            value = float(share) if share else 1.0
+            mix.append((name, float(share) if share else 1.0))
         except ValueError:
             raise ConfigError(f"--mix share of {name!r} is not a number: {share!r}") from None
-        if not value > 0:
-            raise ConfigError(f"--mix share of {name!r} must be positive, got {share}")
-        mix.append((name, value))
+    check_mix(mix)
+    return tuple(mix)
+
+
+def check_mix(mix) -> None:
+    """Refuse a mix that names no source, an unknown one, or a share that is not a finite
+    positive number: the shares are normalized into the probabilities sources are drawn by."""
     if not mix:
         raise ConfigError("--mix names no schedule source")
-    return tuple(mix)
+    for name, share in mix:
+        if name not in SOURCES:
+            raise ConfigError(f"unknown schedule source {name!r} in --mix; known: {SOURCES}")
+        if not (math.isfinite(share) and share > 0):
+            raise ConfigError(f"--mix share of {name!r} must be finite and positive, got {share}")
 
 
 class BackendError(Error, ValueError):

@@ -14,11 +14,11 @@ import numpy as np
 from mlirrl_jax.collect.backends import check_measure_cpus, import_ray
 from mlirrl_jax.collect.config import (
     BACKENDS,
-    SOURCES,
     BackendError,
     CollectConfig,
     CollectReport,
     Task,
+    check_mix,
 )
 from mlirrl_jax.collect.stream import measure_stream
 from mlirrl_jax.env.replay import schedule_to_actions
@@ -26,6 +26,7 @@ from mlirrl_jax.errors import ConfigError
 from mlirrl_jax.heuristics import heuristic_schedule
 from mlirrl_jax.interrupt import check_stop
 from mlirrl_jax.measure.fingerprint import machine_fingerprint
+from mlirrl_jax.measure.profile import this_machine_profile
 from mlirrl_jax.measure.runner import FAULTS
 from mlirrl_jax.programs import suites
 from mlirrl_jax.programs.ir import Program, load_program
@@ -55,7 +56,6 @@ class SpreadChooser:
     this machine at the job's threads per kernel."""
 
     def __init__(self, surrogate: Path | None, programs: list[Program], threads: int):
-        from mlirrl_jax.measure.profile import this_machine_profile
         from mlirrl_jax.surrogate.api import CostModel
         from mlirrl_jax.surrogate.dataset import machine_table
 
@@ -104,9 +104,10 @@ class CollectionJob:
         if config.backend == "ray":
             import_ray()  # before the store exists: a job that cannot run creates nothing
         check_measure_cpus(config.measure_cpus, config.threads)
-        unknown = {name for name, _ in config.mix} - set(SOURCES)
-        if unknown or not config.mix or any(not share > 0 for _, share in config.mix):
-            raise ConfigError(f"bad schedule mix {config.mix}: sources {SOURCES}, positive shares")
+        check_mix(config.mix)
+        # the store records this machine's profile with the first rows: measured (if it is not
+        # cached) now, before the job's own kernels would slow it down
+        this_machine_profile()
         self.config = config
         self.machine = machine_fingerprint()["machine_id"]
         self.store = MeasurementStore(config.store)

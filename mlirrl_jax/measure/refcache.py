@@ -11,8 +11,9 @@ computed from.
 An entry is written whole or not at all (a temporary file renamed into place), checked when
 read (digests of its inputs and outputs; a damaged or stale entry is deleted and computed
 again), and the least recently used entries are deleted beyond a size cap. The folder is
-`$MLIRRL_REFERENCE_CACHE`, else `$XDG_CACHE_HOME/mlirrl-jax/reference`, else
-`~/.cache/mlirrl-jax/reference`; the cap is `$MLIRRL_REFERENCE_CACHE_MB` MiB (8192 unless set).
+`$MLIRRL_REFERENCE_CACHE`, else `reference` in the user's cache folder
+(`mlirrl_jax.shipped.user_cache_dir`: under `$MLIRRL_HOME` when it is set); the cap is
+`$MLIRRL_REFERENCE_CACHE_MB` MiB (8192 unless set).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from mlirrl_jax.measure import reference
+from mlirrl_jax.shipped import user_cache_dir
 
 CACHE_ENV = "MLIRRL_REFERENCE_CACHE"
 CACHE_MB_ENV = "MLIRRL_REFERENCE_CACHE_MB"
@@ -49,8 +51,7 @@ def default_folder() -> Path:
     """The cache folder: `$MLIRRL_REFERENCE_CACHE`, else under the user's cache folder."""
     if os.environ.get(CACHE_ENV):
         return Path(os.environ[CACHE_ENV])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "mlirrl-jax" / "reference"
+    return user_cache_dir() / "reference"
 
 
 @functools.cache

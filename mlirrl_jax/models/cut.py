@@ -246,7 +246,15 @@ def _ints(attr) -> list[int]:
 
 
 def _shape(value) -> list[int]:
-    return list(ir.RankedTensorType(value.type).shape)
+    """A value's shape; a ModelError naming it where it is not a tensor of fixed shape."""
+    if isinstance(value.type, ir.RankedTensorType) and value.type.has_static_shape:
+        return list(value.type.shape)
+    owner = _producer(value)
+    made = f"{owner.operation.name} gives" if owner is not None else "the model takes"
+    raise ModelError(
+        f"{made} {value.get_name()} of type {value.type}: only tensors of fixed shape can pass "
+        "between layers (a size computed from the data, as torch.nonzero's, cannot be cut)"
+    )
 
 
 LITERAL_IN_STEPS = 16  # a literal with more elements goes to the weights (`Cut.literals`)
@@ -339,6 +347,7 @@ def cut_module(
         cut.input_shapes = [_shape(a) for a in body.arguments]
         grouped: set = set()
         by_text: dict[str, Layer] = {}
+        beyond: dict[str, str | None] = {}  # a group's text -> why the tables cannot hold it
         position = {op.operation: i for i, op in enumerate(body.operations)}
         ends_at: dict[int, int] = {}  # step -> the position it belongs at, for layers
         for op in body.operations:
@@ -372,11 +381,13 @@ def cut_module(
             if fed is not None:  # a gather with the op it feeds (the gather not counted)
                 group = [op.operation, *_group(fed, max_group, grouped)]
                 keep = 2
-            layer, args = _layer(group, by_text, cut, position)
-            if layer.status == "unscheduled" and len(group) > keep:
-                # beyond the environment's tables as a group: the op alone
+            text, args = _program(group, position)
+            if len(group) > keep and _beyond(text, beyond) is not None:
+                # beyond the environment's tables as a group: the op alone, and the group's
+                # other ops layers of their own later (so that each is counted once)
                 group = group[:keep]
-                layer, args = _layer(group, by_text, cut, position)
+                text, args = _program(group, position)
+            layer = _layer(text, group, by_text, cut)
             grouped.update(group)
             # at the place of its last op: the group's later ops may read values made after
             # its first (a batch-norm's reshaped statistics)
@@ -404,16 +415,33 @@ def _fill_value(op) -> float:
     return float(ir.FloatAttr(attr).value)
 
 
-def _layer(group: list, by_text: dict, cut: Cut, position: dict) -> tuple[Layer, list]:
+def _program(group: list, position: dict) -> tuple[str, list]:
+    """The program computing `group` (with the ops making its buffers and the scalar constants
+    it reads) and the values it takes as arguments."""
     ops = [*_init_chain(group[0]), *group]
     for o in group[1:]:
         ops += [c for c in _init_chain(o) if c not in ops]
     ops = sorted(_scalar_constants(ops) + ops, key=position.__getitem__)
-    text, args = program_text(ops)
-    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+    return program_text(ops)
+
+
+def _beyond(text: str, known: dict[str, str | None]) -> str | None:
+    """Why the environment's tables cannot hold the program `text` (None: they can, or it is
+    no program the project takes), once per text."""
+    if text not in known:
+        try:
+            known[text] = _within_limits(parse_program(text, "group"))
+        except ProgramError:
+            known[text] = None
+    return known[text]
+
+
+def _layer(text: str, group: list, by_text: dict, cut: Cut) -> Layer:
+    """The layer whose program is `text`, counted once more (made the first time)."""
     if text in by_text:
         by_text[text].count += 1
-        return by_text[text], args
+        return by_text[text]
+    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
     kinds = ["gather" if is_gather(o) else o.name.removeprefix("linalg.") for o in group]
     layer = Layer(name=f"{len(by_text):03d}_{'+'.join(kinds)}_{digest}", ops=kinds)
     by_text[text] = layer
@@ -423,10 +451,10 @@ def _layer(group: list, by_text: dict, cut: Cut, position: dict) -> tuple[Layer,
         program = parse_program(text, layer.name)
     except ProgramError as exc:
         layer.status, layer.reason = "refused", str(exc)
-        return layer, args
+        return layer
     layer.flops, layer.program_hash = program.flops, program.hash
     cut.programs[layer.name] = program
     beyond = _within_limits(program)
     if beyond is not None:
         layer.status, layer.reason = "unscheduled", f"beyond the environment's tables: {beyond}"
-    return layer, args
+    return layer

@@ -14,10 +14,15 @@ and the cut is checked: its programs, compiled unscheduled and replayed in the m
 - `report.md`: the layers as a table, and what was left out and why.
 
 Everything is written before `model.json`, which is written last: a folder holding it is whole.
+An import is identified by a hash of its cut (`cut_hash`: the steps and the layers' programs),
+recorded in `model.json` and checked whenever the folder is loaded. An import goes into a folder
+of its own: one holding an import is refused, or with `replace` emptied first, never rewritten
+in part.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -32,7 +37,7 @@ import numpy as np
 from mlirrl_jax.models.cut import MAX_GROUP, MOVES, Layer, ModelError, cut_module
 from mlirrl_jax.models.rewrite import STRIDED_FORMS, default_min_row
 from mlirrl_jax.records import Record
-from mlirrl_jax.runfolder import write_atomic
+from mlirrl_jax.runfolder import LOCK, clear_folder, write_atomic
 
 LOWER_TIMEOUT_S = 900.0
 CHECK_RTOL = 1e-3  # the replay against the model's own output, relative to its largest value
@@ -61,25 +66,54 @@ class ModelImport(Record):
     check_note: str | None = None  # why the replay could not run
     lower_s: float = 0.0
     versions: dict[str, str] = field(default_factory=dict)
+    cut_hash: str | None = None  # the import's identity (`cut_hash`)
 
     _NESTED = {"layers": Layer}
 
     @classmethod
     def load(cls, folder: str | os.PathLike) -> ModelImport:
+        """The import in `folder`, refused where its files are not those it recorded."""
         path = Path(folder) / "model.json"
         if not path.is_file():
             raise ModelError(f"{folder}: no imported model (model.json) here; run import-model")
-        return cls.from_json(json.loads(path.read_text()))
+        imported = cls.from_json(json.loads(path.read_text()))
+        found = cut_hash(folder, imported.layers)
+        if imported.cut_hash not in (None, found):
+            raise ModelError(
+                f"{folder}: its steps or layers changed after the import (cut {found}, imported "
+                f"as {imported.cut_hash}): import the model again"
+            )
+        imported.cut_hash = found  # an import written before hashes were recorded
+        return imported
 
 
-def models_available() -> None:
-    """Refuse, with what to install, when the models' extra is missing."""
-    missing = [m for m in ("torch_mlir", "torch") if importlib.util.find_spec(m) is None]
+def cut_hash(folder: str | os.PathLike, layers: list[Layer]) -> str:
+    """A hash of an import's cut: its steps and its layers' programs (direct forms included)."""
+    folder = Path(folder)
+    try:
+        digest = hashlib.sha256((folder / "steps.json").read_bytes())
+        for layer in sorted(layers, key=lambda layer: layer.name):
+            for path in filter(None, (layer.path, layer.direct_path)):
+                digest.update(f"\0{path}\0".encode())
+                digest.update((folder / path).read_bytes())
+    except FileNotFoundError as exc:
+        raise ModelError(f"{folder}: {exc.filename} is missing: import the model again") from None
+    return digest.hexdigest()[:16]
+
+
+def models_available(
+    modules: tuple[str, ...] = ("torch_mlir", "torch"),
+    what: str = "importing models",
+    otherwise: str = "",
+) -> None:
+    """Refuse, with what to install (or `otherwise` do), when a module of the models' extra
+    that `what` needs is missing."""
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
     if missing:
         raise ModelError(
-            f"importing models needs {' and '.join(missing)}: pip install 'mlirrl-jax[models]' "
+            f"{what} needs {' and '.join(missing)}: pip install 'mlirrl-jax[models]' "
             "(on Linux, `pip install torch --index-url https://download.pytorch.org/whl/cpu` "
-            "first keeps the CPU build)"
+            f"first keeps the CPU build){otherwise}"
         )
 
 
@@ -109,6 +143,56 @@ def check_source(source: str) -> None:
         raise ModelError(f"{source!r}: expected FILE.py:FACTORY, torchvision:NAME or FILE.onnx")
     if not Path(path).is_file():
         raise ModelError(f"{path}: no such file")
+
+
+def _dims(shape: list) -> str:
+    return "x".join("?" if size is None else str(size) for size in shape)
+
+
+def _check_onnx(path: str, given: list[int] | None) -> None:
+    """Refuse a file that holds no ONNX model, and an input shape that contradicts (or does
+    not fix) the model's own."""
+    import onnx
+
+    try:
+        model = onnx.load(path, load_external_data=False)
+    except Exception as exc:  # protobuf's DecodeError and friends: named, not a traceback
+        why = " ".join(str(exc).split())[:200] or type(exc).__name__
+        raise ModelError(f"{path}: not an ONNX model ({why})") from None
+    if not model.graph.input:
+        empty = " (the file is empty)" if Path(path).stat().st_size == 0 else ""
+        raise ModelError(f"{path}: not an ONNX model with an input to lower{empty}")
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    own = [d.dim_value or None for d in dims]
+    if given is None and None in own:
+        raise ModelError(
+            f"{path}: its input's shape ({_dims(own)}) is not fixed; give one (--input-shape)"
+        )
+    if given is not None and (
+        len(given) != len(own) or any(o not in (None, g) for o, g in zip(own, given, strict=True))
+    ):
+        raise ModelError(
+            f"{path}: --input-shape {_dims(given)} contradicts the model's input {_dims(own)}"
+        )
+
+
+def _take_folder(out: Path, replace: bool) -> None:
+    """Refuse a folder that holds anything: an import is never rewritten in part. With
+    `replace`, an import (or a part of one) there is removed whole first."""
+    if not out.is_dir() or not [e for e in out.iterdir() if e.name != LOCK]:
+        return
+    if (out / "model.json").is_file():
+        held = "an import"
+    elif (out / "request.json").is_file():
+        held = "a part of an import (no model.json)"
+    else:
+        raise ModelError(f"{out} holds files that are not an import: choose another folder")
+    if not replace:
+        raise ModelError(
+            f"{out} already holds {held}: pass --replace to remove it whole and import again, "
+            "or choose another folder"
+        )
+    clear_folder(out)
 
 
 def _lower(source: str, shape: list[int] | None, out: Path, say) -> float:
@@ -161,22 +245,29 @@ def import_model(
     max_group: int = MAX_GROUP,
     strided: str = STRIDED_FORMS[0],
     check: bool = True,
+    replace: bool = False,
     say=print,
 ) -> ModelImport:
-    """Lower, cut and check a model into `out` (see the module's documentation)."""
+    """Lower, cut and check a model into `out` (see the module's documentation); `replace`:
+    an import already in `out` is removed whole first, else refused."""
     check_source(source)
     if strided not in STRIDED_FORMS:
         raise ModelError(f"strided convolutions as {strided!r}: expected one of {STRIDED_FORMS}")
-    models_available()
-    if input_shape is None and not source.endswith(".onnx"):
+    onnx_source = source.endswith(".onnx")
+    models_available(("torch_mlir", "torch", "onnx") if onnx_source else ("torch_mlir", "torch"))
+    if onnx_source:
+        _check_onnx(source, input_shape)
+    elif input_shape is None:
         input_shape = _default_shape(source)
         if input_shape is None:
             raise ModelError(
                 f"{source}: give the example input's shape (--input-shape 1,3,224,224)"
             )
     out = Path(out)
-    (out / "layers").mkdir(parents=True, exist_ok=True)
-    lower_s = _lower(source, input_shape, out, say)
+    _take_folder(out, replace)
+    out.mkdir(parents=True, exist_ok=True)
+    lower_s = _lower(source, input_shape, out, say)  # writes request.json first
+    (out / "layers").mkdir(exist_ok=True)
     lowered = (out / "lowered.mlir").read_text()
     min_row = default_min_row() if strided == "im2col" else None
     cut = cut_module(lowered, max_group, strided, min_row)
@@ -211,6 +302,7 @@ def import_model(
         occurrences=sum(layer.count for layer in cut.layers),
         lower_s=round(lower_s, 1),
         versions=_versions(),
+        cut_hash=cut_hash(out, cut.layers),
     )
     say(
         f"{len(cut.layers)} distinct layers ({result.occurrences} in the model), "

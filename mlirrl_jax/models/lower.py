@@ -77,20 +77,13 @@ def lower_onnx(path: str, input_shape: list[int] | None) -> tuple[str, np.ndarra
     from torch_mlir.extras import onnx_importer
 
     model = onnx.load(path)
-    if input_shape:
-        dims = model.graph.input[0].type.tensor_type.shape.dim
-        if len(dims) != len(input_shape):
-            raise SystemExit(
-                f"{path}: its input has {len(dims)} dimensions, the shape given {len(input_shape)}"
-            )
-        for dim, size in zip(dims, input_shape, strict=True):
-            dim.ClearField("dim_param")
-            dim.dim_value = size
-    model = onnx.shape_inference.infer_shapes(model)
     dims = model.graph.input[0].type.tensor_type.shape.dim
-    if any(not d.dim_value for d in dims):
-        raise SystemExit(f"{path}: its input's shape is not fixed; give one (--input-shape)")
-    example = example_input([d.dim_value for d in dims])
+    # the importer checked the shape given against the model's own (`importer._check_onnx`)
+    for dim, size in zip(dims, input_shape or [], strict=False):
+        dim.ClearField("dim_param")
+        dim.dim_value = size
+    model = onnx.shape_inference.infer_shapes(model)
+    example = example_input([d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim])
     from onnx.reference import ReferenceEvaluator
 
     output = ReferenceEvaluator(model).run(None, {model.graph.input[0].name: example})[0]

@@ -7,7 +7,10 @@ the sum of its layers' times weighted by their counts. PyTorch eager and `torch.
 the whole model in a child process pinned to the same cores (`models.torch_time`), when the
 model came from PyTorch. The best schedules are then replayed through the model's steps
 (`models.execute`) and the output compared with the model's own, so that the composed time is
-the time of a computation that is right.
+the time of a computation that is right. An import whose own check failed, or could not run, is
+refused: its cut may not compute the model. `force` optimizes it all the same, and then every
+report says so. A replay that cannot run (an op left out of the layers that it cannot compute)
+is said in the table; the composed time leaves that op out, as the import said.
 
 A composed time leaves out what lies between layers: data movement that is not a layer
 (`tensor.pad` and slices, named in the import's report), layout changes between layers, and any
@@ -15,8 +18,11 @@ fusion across layers (XLA and `torch.compile` may fuse a whole block). It counts
 each started with cold caches no more than a kernel timed alone does.
 
 The folder holds `layers.jsonl` (one row per layer and thread count, appended as measured: a
-rerun measures only what is missing), `torch.jsonl`, `schedules/T/LAYER.json`, and, last,
-`summary.json`, `table.md` and `time_by_layer.png`.
+rerun measures only what is missing), `torch.jsonl`, `schedules/T/LAYER.json`,
+`measurements/T/LAYER.jsonl` (every kernel measurement of a layer: where its search starts, no
+schedule measured twice), and, last,
+`summary.json`, `table.md` and `time_by_layer.png`. `settings.json` records the import's hash
+(`importer.cut_hash`): a rerun resumes only the same import.
 """
 
 from __future__ import annotations
@@ -31,7 +37,8 @@ import time
 from pathlib import Path
 
 from mlirrl_jax.errors import Error
-from mlirrl_jax.models.importer import ModelImport
+from mlirrl_jax.models.cut import ModelError
+from mlirrl_jax.models.importer import ModelImport, models_available
 from mlirrl_jax.models.rows import LayerRow, ModelSummary, append_row, latest, read_rows
 from mlirrl_jax.runfolder import write_atomic
 
@@ -58,8 +65,9 @@ def _xla_program(model_dir: Path, layer, program):
 
 
 def _measure_layer(runner, program, count, threads, proposals, method, xla) -> tuple:
-    """One layer at `threads`: its row and the best verified schedule (None: unscheduled).
-    `xla`: the program XLA:CPU's baseline times (`_xla_program`), or False."""
+    """One layer at `threads`: its row, the best verified schedule (None: unscheduled) and its
+    kernels' measurements, the unscheduled one first. `xla`: the program XLA:CPU's baseline
+    times (`_xla_program`), or False."""
     from mlirrl_jax.heuristics import heuristic_schedule
     from mlirrl_jax.measure.baselines import measure_xla
 
@@ -91,7 +99,12 @@ def _measure_layer(runner, program, count, threads, proposals, method, xla) -> t
     if xla is not False:
         row.xla_ms = _ms(measure_xla(xla, threads, method))
     row.measured = 1 + len(candidates) + int(xla is not False)
-    return row, (best[2] if best is not None else None)
+    return row, (best[2] if best is not None else None), [base, *(m for _, m, _ in candidates)]
+
+
+def _measurements_path(out: Path, threads: int, layer: str) -> Path:
+    """Every kernel measurement of a layer at `threads`: what its search starts from."""
+    return out / "measurements" / str(threads) / f"{layer}.jsonl"
 
 
 def _torch_times(source: str, shape: list[int], threads: int, compile_: bool) -> dict:
@@ -126,9 +139,9 @@ def _torch_times(source: str, shape: list[int], threads: int, compile_: bool) ->
         return json.loads(out.read_text())
 
 
-def _check(model_dir: Path, out: Path, threads: list[int], imported: ModelImport) -> dict:
+def _check(model_dir: Path, out: Path, threads: list[int]) -> tuple[dict, str | None]:
     """Each thread count's best schedules replayed through the model: the largest relative
-    difference from the model's own output."""
+    difference from the model's own output; and why the replay could not run (None: it ran)."""
     from mlirrl_jax.models.importer import check_cut
     from mlirrl_jax.programs.ir import load_program
     from mlirrl_jax.schedule import Schedule
@@ -141,8 +154,24 @@ def _check(model_dir: Path, out: Path, threads: list[int], imported: ModelImport
             schedule = Schedule.from_json(json.loads(path.read_text()))
             program = load_program(model_dir / "layers" / f"{path.stem}.mlir", path.stem)
             scripts[path.stem] = transform_script(program, schedule)
-        errors[str(t)] = check_cut(model_dir, scripts, say=log.info)
-    return errors
+        try:
+            errors[str(t)] = check_cut(model_dir, scripts, say=log.info)
+        except ModelError as exc:  # an op the replay cannot compute: the same at every count
+            log.warning("the best schedules could not be replayed through the model: %s", exc)
+            return errors, str(exc)
+    return errors, None
+
+
+def _failed_check(imported: ModelImport) -> str | None:
+    """What the import's own check of its cut found (None: it agreed, or was not asked for)."""
+    if imported.check_ok is not False:
+        return None
+    if imported.check_note:
+        return f"the import's cut could not be checked against the model ({imported.check_note})"
+    return (
+        "the import's cut does not compute the model (its output differs from the model's by "
+        f"{imported.check_error:.1e}, relative)"
+    )
 
 
 def optimize_model(
@@ -159,11 +188,13 @@ def optimize_model(
     torch_compile: bool = True,
     search_top: int = 0,
     search_budget: int = 32,
+    force: bool = False,
     say=log.info,
 ) -> ModelSummary:
     """Optimize the model imported in `model_dir` into `out` (see the module's documentation).
     `search_top` > 0: the evolutionary search (`search_budget` measurements) also runs on that
-    many layers that take most of the model's time by the agent's schedules, per thread count."""
+    many layers that take most of the model's time by the agent's schedules, per thread count.
+    `force`: an import whose check failed is optimized too, with a warning in every report."""
     from mlirrl_jax.adopted import default_agent_run
     from mlirrl_jax.measure.fingerprint import machine_fingerprint
     from mlirrl_jax.measure.runner import Runner
@@ -175,11 +206,27 @@ def optimize_model(
         raise ModelOptimizeError(f"--budget must be at least 1, got {budget}")
     model_dir, out = Path(model_dir), Path(out)
     imported = ModelImport.load(model_dir)
+    failed = _failed_check(imported)
+    if failed is not None and not force:
+        raise ModelOptimizeError(
+            f"{model_dir}: {failed}: its times may not be the model's; pass --force to "
+            "optimize it all the same (see its report.md)"
+        )
+    warning = None
+    if failed is not None:
+        warning = f"WARNING: {failed}; optimized with --force: these times may not be the model's"
+        log.warning(warning)
+    torch_baselines = torch_baselines and not imported.source.endswith(".onnx")
+    if torch_baselines:
+        models_available(
+            ("torch",), "timing PyTorch eager and torch.compile", ", or pass --no-torch"
+        )
     runs = {t: Path(run) if run else default_agent_run(t) for t in threads}
     check_inputs(runs=runs.values())
     machine = machine_fingerprint()["machine_id"]
     out.mkdir(parents=True, exist_ok=True)
     settings = {"model": str(model_dir.resolve()), "source": imported.source, "budget": budget}
+    settings["cut_hash"] = imported.cut_hash
     settings |= {
         "machine_id": machine,
         "seed": seed,
@@ -187,7 +234,13 @@ def optimize_model(
     }
     settings = json.loads(json.dumps(settings))
     recorded = out / "settings.json"
-    if recorded.is_file() and json.loads(recorded.read_text()) != settings:
+    before = json.loads(recorded.read_text()) if recorded.is_file() else settings
+    if before.get("cut_hash", imported.cut_hash) != imported.cut_hash:
+        raise ModelOptimizeError(
+            f"{out} holds a run of another import (cut {before['cut_hash']}); {model_dir} now "
+            f"holds cut {imported.cut_hash}: use another folder, or import the model as it was"
+        )
+    if before != settings:
         raise ModelOptimizeError(
             f"{out} holds a run with other settings ({recorded}): use another folder"
         )
@@ -208,7 +261,7 @@ def optimize_model(
         started = time.perf_counter()
         with Runner(timeout_s, **limits) as runner:
             for i, layer in enumerate(todo, 1):
-                row, best = _measure_layer(
+                row, best, measured = _measure_layer(
                     runner,
                     programs[layer.name],
                     layer.count,
@@ -222,13 +275,19 @@ def optimize_model(
                         out / "schedules" / str(t) / f"{layer.name}.json",
                         json.dumps(best.to_json()),
                     )
+                path = _measurements_path(out, t, layer.name)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                # before the row: a layer with a row has its measurements
+                write_atomic(path, "".join(json.dumps(m.to_json()) + "\n" for m in measured))
                 append_row(rows_path, row.to_json())
                 rate = i / (time.perf_counter() - started)
+                scheduled = "no schedule tried"  # beyond the agent: unscheduled in every sum
+                if layer.status == "program":
+                    scheduled = f"heuristic {_fmt(row.heuristic_ms)}, agent {_fmt(row.agent_ms)}"
                 say(
                     f"  [{t} thread(s)] {i}/{len(todo)} {layer.name} x{layer.count}: "
-                    f"unscheduled {_fmt(row.unscheduled_ms)}, heuristic {_fmt(row.heuristic_ms)}, "
-                    f"agent {_fmt(row.agent_ms)}, XLA {_fmt(row.xla_ms)} ms; "
-                    f"ETA {(len(todo) - i) / rate:.0f} s"
+                    f"unscheduled {_fmt(row.unscheduled_ms)}, {scheduled}, XLA "
+                    f"{_fmt(row.xla_ms)} ms; ETA {(len(todo) - i) / rate:.0f} s"
                 )
     for t in threads if search_top else ():
         _search_heaviest(
@@ -245,7 +304,7 @@ def optimize_model(
         )
     torch_path = out / "torch.jsonl"
     timed = {r["threads"] for r in read_rows(torch_path)}
-    if torch_baselines and not imported.source.endswith(".onnx"):
+    if torch_baselines:
         for t in threads:
             if t not in timed:
                 say(f"timing PyTorch eager and torch.compile at {t} thread(s)")
@@ -253,16 +312,19 @@ def optimize_model(
                     torch_path,
                     _torch_times(imported.source, imported.input_shape, t, torch_compile),
                 )
-    replay = _check(model_dir, out, list(threads), imported)
+    replay, replay_note = _check(model_dir, out, list(threads))
     from mlirrl_jax.models.report import write_report
 
-    return write_report(out, imported, settings, list(threads), replay)
+    if warning is not None:
+        log.warning(warning)
+    return write_report(out, imported, settings, list(threads), replay, replay_note, warning)
 
 
 def _search_heaviest(out, programs, threads, run, top, budget, method, seed, runner, say):
     """The evolutionary search on the `top` layers that take most of the model's time; each
     searched layer gets a new row (its best of the agent's and the search's)."""
     from mlirrl_jax.agent.agent import Agent
+    from mlirrl_jax.measure.timing import Measurement
     from mlirrl_jax.optimize import evolutionary_trials
     from mlirrl_jax.schedule import Schedule
 
@@ -281,22 +343,22 @@ def _search_heaviest(out, programs, threads, run, top, budget, method, seed, run
             row = LayerRow.from_json(first)
             program = programs[row.layer]
             say(f"[{threads} thread(s)] search {i}/{len(todo)}: {row.layer} x{row.count}")
-            base = runner.measure(program, None, threads=1, method=method)
-            # the agent's pick measured again, as the search's first parent: it mutates what
-            # is known to be good, not only the heuristic's schedule and random episodes
-            chosen = out / "schedules" / str(threads) / f"{row.layer}.json"
-            known = []
-            if chosen.is_file():
-                schedule = Schedule.load(chosen)
-                known.append(
-                    (schedule, runner.measure(program, schedule, threads=threads, method=method))
-                )
+            # the layer's measurements (the heuristic's and the agent's schedules) are the
+            # search's first parents, none measured again: it mutates what is known to be good
+            path = _measurements_path(out, threads, row.layer)
+            measured = [Measurement.from_json(m) for m in read_rows(path)]
+            base = next((m for m in measured if not m.schedule["ops"]), None)
+            if base is None:  # a folder measured before its measurements were kept
+                base = runner.measure(program, None, threads=1, method=method)
+            known = [(Schedule.from_json(m.schedule), m) for m in measured if m.schedule["ops"]]
             trials = evolutionary_trials(
                 program, agent, runner, threads, method, base, budget, seed, say, known
             )
+            for _, m, _ in trials:
+                append_row(path, m.to_json())
             good = [(_ms(m), source, m) for source, m, _ in trials if _ms(m) is not None]
             row.searched = True
-            row.measured += 1 + len(known) + len(trials)
+            row.measured += len(trials)
             if good:
                 ms, source, m = min(good, key=lambda g: g[0])
                 row.search_ms = ms

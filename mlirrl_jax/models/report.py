@@ -10,7 +10,6 @@ from mlirrl_jax.models.rows import METHODS, LayerRow, ModelSummary, latest, read
 from mlirrl_jax.runfolder import write_atomic
 
 LEAVES_OUT = [
-    "data movement that is not a layer (tensor.pad, slices; see the import's report)",
     "layout changes between layers",
     "fusion across layers (XLA and torch.compile may fuse across them; the layers here are "
     "timed one by one, each with warm caches as any kernel timed alone)",
@@ -42,7 +41,23 @@ def compose(rows: list[dict]) -> tuple[dict[str, float], dict[str, int]]:
     return totals, missing
 
 
-def write_report(out: Path, imported: ModelImport, settings: dict, threads, replay: dict):
+def leaves_out(imported: ModelImport) -> list[str]:
+    """What a composed time leaves out: the import's ops that are in no layer, by name, first."""
+    ops = ", ".join(f"{name} x{count}" for name, count in sorted(imported.left_out.items()))
+    return ([f"the ops in no layer ({ops}; see the import's report)"] if ops else []) + LEAVES_OUT
+
+
+def write_report(
+    out: Path,
+    imported: ModelImport,
+    settings: dict,
+    threads,
+    replay: dict,
+    replay_note: str | None = None,
+    warning: str | None = None,
+) -> ModelSummary:
+    """Write `table.md`, `time_by_layer.png` and, last, `summary.json`; the summary.
+    `replay_note`: why the best schedules could not be replayed; `warning`: said first."""
     by = _rows_by_threads(out)
     torch = {str(r["threads"]): r for r in read_rows(out / "torch.jsonl")}
     composed, missing, torch_ms = {}, {}, {}
@@ -59,22 +74,27 @@ def write_report(out: Path, imported: ModelImport, settings: dict, threads, repl
         torch_ms=torch_ms,
         missing=missing,
         replay_error=replay,
-        leaves_out=LEAVES_OUT,
+        leaves_out=leaves_out(imported),
         layers=len(imported.layers),
         occurrences=imported.occurrences,
+        replay_note=replay_note,
+        warning=warning,
     )
-    write_atomic(out / "table.md", table(summary, by, torch))
+    kept = {layer.name: layer.reason for layer in imported.layers if layer.status == "unscheduled"}
+    write_atomic(out / "table.md", table(summary, by, torch, kept))
     plot(out / "time_by_layer.png", by, imported.source)
     write_atomic(out / "summary.json", json.dumps(summary.to_json(), indent=1))  # last
     return summary
 
 
-def table(summary, by: dict[int, list[dict]], torch: dict) -> str:
+def table(summary, by: dict[int, list[dict]], torch: dict, kept: dict[str, str]) -> str:
+    """The report as Markdown; `kept`: the layers beyond the agent, with why."""
     searched = any(r["searched"] for rows in by.values() for r in rows)
     best = "tuned" if searched else "agent"
     lines = [
         f"# {summary.model} on machine {summary.machine_id} (agent budget {summary.budget})",
         "",
+        *([f"**{summary.warning}**", ""] if summary.warning else []),
         "## The whole model (ms; layers composed by their counts)",
         "",
         "| threads | unscheduled | heuristic | agent | "
@@ -91,11 +111,17 @@ def table(summary, by: dict[int, list[dict]], torch: dict) -> str:
         compiled = (
             f"{p['compile']:.2f}" if "compile" in p else f"failed: {failed}" if failed else "-"
         )
+        replayed = summary.replay_error.get(str(t))
         lines.append(
             f"| {t} | {c['unscheduled']:.2f} | {c['heuristic']:.2f} | {c['agent']:.2f} | "
             + (f"{c['tuned']:.2f} | " if searched else "")
             + f"{c['xla']:.2f} | {f'{eager:.2f}' if eager else '-'} | {compiled} | {ratio} | "
-            f"{summary.replay_error.get(str(t), float('nan')):.1e} |"
+            + ("could not run |" if replayed is None else f"{replayed:.1e} |")
+        )
+    if summary.replay_note:
+        lines.append(
+            "\nThe best schedules could not be replayed through the model, so their output is "
+            f"not checked against the model's: {summary.replay_note}"
         )
     for t in summary.threads:
         m = {k: v for k, v in summary.missing[str(t)].items() if v}
@@ -117,13 +143,20 @@ def table(summary, by: dict[int, list[dict]], torch: dict) -> str:
             "|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in rows:
+            # a layer beyond the agent has no heuristic's or agent's time: it runs unscheduled
+            scheduled = {k: None if r["layer"] in kept else r[k] for k in SCHEDULED}
             lines.append(
                 f"| {r['layer']} | {r['count']} | {(r['flops'] or 0) / 1e6:.1f} | "
-                f"{_f(r['unscheduled_ms'])} | {_f(r['heuristic_ms'])} | {_f(r['agent_ms'])} | "
-                f"{_f(r['search_ms'])} | {_f(r['xla_ms'])} | "
-                f"{_ratio(r['heuristic_ms'], r['tuned_ms'])} | {_ratio(r['xla_ms'], r['tuned_ms'])} | "
+                f"{_f(r['unscheduled_ms'])} | {_f(scheduled['heuristic_ms'])} | "
+                f"{_f(scheduled['agent_ms'])} | {_f(scheduled['search_ms'])} | {_f(r['xla_ms'])} | "
+                f"{_ratio(scheduled['heuristic_ms'], r['tuned_ms'])} | "
+                f"{_ratio(r['xla_ms'], r['tuned_ms'])} | "
                 f"{100 * r['count'] * (r['tuned_ms'] or 0) / total:.1f}% | {r['tuned_source']} |"
             )
+        beyond = [r["layer"] for r in rows if r["layer"] in kept]
+        if beyond:
+            lines += ["", "Layers run unscheduled in every method's sum (no schedule is tried):"]
+        lines += [f"- {name}: {kept[name]}" for name in beyond]
         failed = [r for r in rows if r["failures"]]
         if failed:
             lines += ["", "Candidates that failed (a result, not the end of the run):"]
@@ -132,6 +165,9 @@ def table(summary, by: dict[int, list[dict]], torch: dict) -> str:
             lines.append(f"- {r['layer']}: {'; '.join(r['failures'][:3])}{more}")
         lines.append("")
     return "\n".join(lines)
+
+
+SCHEDULED = ("heuristic_ms", "agent_ms", "search_ms")
 
 
 def _f(ms) -> str:

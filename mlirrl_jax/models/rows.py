@@ -59,6 +59,8 @@ class ModelSummary(Record):
     leaves_out: list[str]
     layers: int
     occurrences: int
+    replay_note: str | None = None  # why the replay could not run (then no replay_error)
+    warning: str | None = None  # an import whose check failed, optimized with --force
 
 
 def read_rows(path: Path) -> list[dict]:

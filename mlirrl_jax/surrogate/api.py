@@ -403,7 +403,30 @@ class CostModel:
                 args=ocp.args.Composite(params=ocp.args.StandardRestore(target)),
             )
         nnx.replace_by_pure_dict(params, restored["params"])
-        return cls(graphdef, params, meta)
+        model = cls(graphdef, params, meta)
+        check_weights(model, directory)
+        return model
+
+
+def check_weights(model: CostModel, directory: Path) -> None:
+    """Refuse weights holding NaN or infinity, damage that checksums sealed over them do not
+    show: every prediction made with them, and so every reward and ranking, is NaN. Finite
+    weights predict finite log times of finite features, so the weights are checked rather
+    than predictions of probe states, whose features take seconds to compile at every start."""
+    flat = jax.tree_util.tree_flatten_with_path(nnx.to_pure_dict(model.params))[0]
+    bad = {
+        "/".join(str(getattr(k, "key", k)) for k in path): int(np.size(leaf))
+        - int(np.isfinite(leaf).sum())
+        for path, leaf in flat
+    }
+    bad = {name: count for name, count in bad.items() if count}
+    if bad:
+        raise integrity.damaged(
+            directory,
+            f"damaged (its weights hold {sum(bad.values())} NaN or infinite values, in "
+            f"{integrity.listing(sorted(bad), 4)})",
+            REDO,
+        )
 
 
 class AnalyticModel:

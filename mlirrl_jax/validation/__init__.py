@@ -29,12 +29,14 @@ Per program and thread count the methods are
 Every schedule is chosen first (JAX work), then every measurement runs in one worker, one at a
 time, so no JAX work shares the cores with a timed kernel. Results are appended per (program,
 thread count) to `validation.jsonl` as they come: a killed validation run again with the same
-folder goes on where it stopped. The report is `validation.md` and `validation.json` beside
-it, the plots `validation_speedups.png`, `validation_cdf.png`, `validation_predicted.png`,
-and every measured method's best schedule is saved under `validation/schedules/`, replayable
-with the `mlirrl-jax measure` command the report prints. Every file but the appended
-`validation.jsonl` is written whole or not at all; a line of it cut short (a kill, a full
-disk) is cut off before the next run appends to it.
+folder goes on where it stopped. A program is known there by the hash of its content, and one
+that changed under the same name is refused, both hashes named. The report is `validation.md`
+and `validation.json` beside it, the plots `validation_speedups.png`, `validation_cdf.png`,
+`validation_predicted.png`, and every measured method's best schedule is saved under
+`validation/schedules/` (each program that is not a suite's under `validation/programs/`),
+replayable with the `mlirrl-jax measure` command the report prints. Every file but the
+appended `validation.jsonl` is written whole or not at all; a line of it cut short (a kill, a
+full disk) is cut off before the next run appends to it.
 """
 
 from mlirrl_jax.validation.config import MATMUL_KINDS, SEARCHES, ValidationConfig, ValidationError

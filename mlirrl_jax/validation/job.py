@@ -25,7 +25,7 @@ from mlirrl_jax.validation.report import (
     save_validation_plots,
 )
 from mlirrl_jax.validation.summary import per_threads, summarize
-from mlirrl_jax.validation.tables import format_validation, save_schedules
+from mlirrl_jax.validation.tables import format_validation, save_programs, save_schedules
 
 log = logging.getLogger(__name__)
 
@@ -69,11 +69,12 @@ class Validation:
         recorded = {
             "config": {**asdict(self.config), "threads": list(self.config.threads)},
             "machine_id": self.machine,
-            "programs": names,
+            "programs": {p.name: p.hash for p in programs},
             "agent": per_threads(self.agent_runs, threads),
         }
         if settings.is_file():
             before = json.loads(settings.read_text())
+            self._check_same_programs(before.get("programs"), recorded["programs"])
             if before != recorded:
                 raise ValidationError(
                     f"{self.out} holds a validation with other settings ({settings}): use "
@@ -81,6 +82,18 @@ class Validation:
                 )
         else:
             write_atomic(settings, json.dumps(recorded, indent=1))
+
+    def _check_same_programs(self, before, now: dict[str, str]) -> None:
+        """Refuse a program whose content changed under the name the folder measured it by:
+        its rows are another program's."""
+        if not isinstance(before, dict):
+            return  # the folder names its programs only: refused as other settings
+        for name, digest in now.items():
+            if before.get(name, digest) != digest:
+                raise ValidationError(
+                    f"{name} is not the program {self.out} measured under that name (program "
+                    f"hash {before[name][:12]} there, {digest[:12]} now): use another --out"
+                )
 
     def done(self) -> list[ValidationRow]:
         if not self.rows_path.is_file():
@@ -106,9 +119,9 @@ class Validation:
     def run(self) -> list[ValidationRow]:
         self._cut_partial_line()
         rows = self.done()
-        have = {(r.program, r.threads) for r in rows}
+        have = {(r.program_hash, r.threads) for r in rows}
         todo = [
-            p for p in self.programs if any((p.name, t) not in have for t in self.config.threads)
+            p for p in self.programs if any((p.hash, t) not in have for t in self.config.threads)
         ]
         if not todo:
             return rows
@@ -132,7 +145,7 @@ class Validation:
             (plans[t][i], t)
             for i, p in enumerate(todo)
             for t in self.config.threads
-            if (p.name, t) not in have
+            if (p.hash, t) not in have
         ]
         bar = progress_bar(total=len(jobs), desc="validation", unit="run")
         try:
@@ -197,7 +210,8 @@ class Validation:
         )
         summary["surrogate_threads"] = {str(t): self.agents[t].surrogate.threads for t in threads}
         paths = save_schedules(rows, self.out / "validation" / "schedules")
-        text = format_validation(rows, summary, self.config, paths)
+        sources = save_programs(self.programs, self.out / "validation" / "programs")
+        text = format_validation(rows, summary, self.config, paths, sources)
         write_atomic(self.out / "validation.md", text + "\n")
         write_atomic(
             self.out / "validation.json",

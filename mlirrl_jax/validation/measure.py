@@ -82,13 +82,20 @@ def measure_plan(
             threads,
             EvolutionConfig(budget=config.evolutionary_budget, seed=config.seed),
         )
-        evolved = search.run(measure, baseline=base if base.ok and base.verified else None)
+        # the heuristic's schedule is its own method's: the search's first parent, not a trial
+        # of its own (a known schedule is neither measured again nor credited to the search)
+        evolved = search.run(
+            measure,
+            baseline=base if base.ok and base.verified else None,
+            known=[(heuristic, measure(heuristic))],
+        )
         schedules["evolutionary"] = [t.schedule for t in evolved.trials]
         spent["evolutionary"] = len(evolved.trials)
     if store is not None:
         store.put(list(measured.values()))
     row = ValidationRow(
         program=p.program.name,
+        program_hash=p.program.hash,
         kind=program_kind(p.program),
         threads=threads,
         flops=p.program.flops,

@@ -104,6 +104,14 @@ def summarize(
                 k_entry["best_fraction_of_peak"] = (
                     float(np.median(fractions)) if fractions else None
                 )
+                if fractions and max(fractions) > 1:  # a peak measured wrong, or under load
+                    log.warning(
+                        "a %s kernel ran at %.0f%% of the measured FMA peak (%.1f GFLOP/s a "
+                        "core): the peak is too low; measure it again on a quiet machine",
+                        kind,
+                        100 * max(fractions),
+                        peak_gflops,
+                    )
             entry["by_kind"][kind] = k_entry
         out["threads"][str(threads)] = entry
     out["sample_efficiency"] = sample_efficiency(rows, config.threads)

@@ -1,13 +1,15 @@
-"""The validation's report as Markdown (`format_validation`) and its best schedules saved for
-replay (`save_schedules`)."""
+"""The validation's report as Markdown (`format_validation`) and its best schedules and programs
+saved for replay (`save_schedules`, `save_programs`)."""
 
 from __future__ import annotations
 
 import json
 import logging
 import math
+import shlex
 from pathlib import Path
 
+from mlirrl_jax.programs.ir import Program
 from mlirrl_jax.records import ValidationRow
 from mlirrl_jax.runfolder import write_atomic
 from mlirrl_jax.validation.config import ValidationConfig
@@ -41,6 +43,21 @@ def save_schedules(rows: list[ValidationRow], folder: Path) -> dict:
     return paths
 
 
+def save_programs(programs: list[Program], folder: Path) -> dict[str, str]:
+    """What a replay command loads each program from: its suite URI, else its MLIR saved under
+    `folder` (the user's file may change or move after the run); {program name: source}."""
+    sources = {}
+    for p in programs:
+        if p.name.startswith("suite://"):  # a suite never changes under its version
+            sources[p.name] = p.name
+            continue
+        path = folder / f"{_slug(p.name)}.mlir"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, p.mlir)
+        sources[p.name] = str(path)
+    return sources
+
+
 def _f(value, fmt: str) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
@@ -66,10 +83,11 @@ def agents_line(summary: dict) -> str:
 
 
 def format_validation(
-    rows: list[ValidationRow], summary: dict, config: ValidationConfig, paths
+    rows: list[ValidationRow], summary: dict, config: ValidationConfig, paths, sources: dict
 ) -> str:
     """Markdown: per thread count, each program's speedups per method, then the geomeans,
-    the agent against the baselines, per op kind against XLA, and replay commands."""
+    the agent against the baselines, per op kind against XLA, and replay commands (`paths`:
+    `save_schedules`'s, `sources`: `save_programs`')."""
     k = config.budget
     lines = [
         f"# Validation on machine {summary.get('machine_id')}",
@@ -182,7 +200,10 @@ def format_validation(
         ]
         shown = sorted((key, path) for key, path in paths.items() if key[2] == "agent_topk")
         for (program, threads, _), path in shown[:12]:
-            lines.append(f"    mlirrl-jax measure {program} --schedule {path} --threads {threads}")
+            lines.append(
+                f"    mlirrl-jax measure {shlex.quote(sources[program])} --schedule "
+                f"{shlex.quote(str(path))} --threads {threads}"
+            )
         lines.append("")
         lines.append(
             f"({len(paths)} schedules under `{Path(next(iter(paths.values()))).parents[1]}`.)"
