@@ -19,7 +19,7 @@ from probes_runs import ROOT, cli, kernel, said
 
 from mlirrl_jax.host_devices import available_cores
 from mlirrl_jax.measure.fingerprint import machine_fingerprint
-from mlirrl_jax.measure.profile import CACHE_ENV, PROFILE_TOLERANCE
+from mlirrl_jax.measure.profile import CACHE_ENV, PROFILE_TOLERANCE, cached_profile_path
 from mlirrl_jax.shipped import SHIPPED_SURROGATE
 
 # JAX names each compilation on stderr; the collection's sampler compiles its step for seconds
@@ -206,7 +206,7 @@ def _profile_in_home(home: Path) -> tuple[dict | None, str, str]:
     with mock.patch.dict(os.environ, environment):
         os.environ.pop(CACHE_ENV, None)  # the profile's own folder: under $MLIRRL_HOME
         done, command = cli(*args)
-    cached = home / "cache" / "machine" / f"{machine_fingerprint()['machine_id']}.json"
+        cached = cached_profile_path()
     profile = json.loads(cached.read_text()) if cached.is_file() else None
     refused = done.returncode == 2 and "quiet machine" in done.stderr
     if profile is None and not refused:

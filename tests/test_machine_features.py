@@ -23,6 +23,7 @@ from mlirrl_jax.measure.profile import (
     MachineProfile,
     NoisyMachineError,
     UnknownMachineError,
+    cached_profile_path,
     known_profiles,
     measured_profile,
     profile_of,
@@ -129,7 +130,8 @@ def test_bandwidth_is_plausible_and_a_profile_is_measured_once(tmp_path, monkeyp
     assert 0.5 < stream_bandwidth_gbs(buffer_mib=64, repeats=3) < 5000  # GB/s
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
     assert measured_profile(measure=False) is None  # nothing cached: nothing measured
-    cached = tmp_path / "cache" / f"{here()}-m{PROFILE_METHOD}.json"
+    cached = cached_profile_path()
+    assert cached == tmp_path / "cache" / f"{here()}-m{PROFILE_METHOD}.json"
     try:
         first = measured_profile()
     except NoisyMachineError as noisy:  # other work runs beside the tests: refused, not cached

@@ -183,10 +183,15 @@ def cache_folder() -> Path:
     return Path(chosen) if chosen else user_cache_dir() / "machine"
 
 
+def cached_profile_path() -> Path:
+    """The file holding this machine's measured profile, by the method that measures it."""
+    return cache_folder() / f"{machine_fingerprint()['machine_id']}-m{PROFILE_METHOD}.json"
+
+
 def measured_profile(measure: bool = True) -> MachineProfile | None:
     """This machine's measured profile from the cache; measured and cached first if missing
     (None instead when not `measure`)."""
-    path = cache_folder() / f"{machine_fingerprint()['machine_id']}-m{PROFILE_METHOD}.json"
+    path = cached_profile_path()
     if path.is_file():
         try:
             return MachineProfile.from_json(json.loads(path.read_text()))
