@@ -286,7 +286,7 @@ def test_train_runs_the_same_iterations_in_one_scan(straight_run):
 
 
 def test_a_machine_or_thread_count_the_surrogate_was_not_fitted_on_is_warned_of(
-    tmp_path, caplog, monkeypatch
+    tmp_path, monkeypatch
 ):
     import logging
 
@@ -295,13 +295,27 @@ def test_a_machine_or_thread_count_the_surrogate_was_not_fitted_on_is_warned_of(
     from mlirrl_jax.measure.fingerprint import machine_fingerprint
     from mlirrl_jax.shipped import SHIPPED_SURROGATE
 
-    monkeypatch.setattr(logging.getLogger("mlirrl_jax"), "propagate", True)  # the CLI's setting
+    class Lines(logging.Handler):
+        """The check's own log lines, whatever other tests in this process did to the
+        loggers above it (the CLI's handlers, a level set by -q)."""
+
+        def __init__(self):
+            super().__init__(logging.WARNING)
+            self.lines: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.lines.append(record.getMessage())
+
+    checking = logging.getLogger("mlirrl_jax.agent.surrogate")
+    lines = Lines()
+    monkeypatch.setattr(checking, "handlers", [lines])
+    monkeypatch.setattr(checking, "propagate", False)
+    monkeypatch.setattr(checking, "level", logging.WARNING)
 
     def warnings(surrogate, threads) -> list[str]:
-        caplog.clear()
-        with caplog.at_level(logging.WARNING):
-            check_this_machine(surrogate, threads)
-        return [record.getMessage() for record in caplog.records]
+        lines.lines.clear()
+        check_this_machine(surrogate, threads)
+        return list(lines.lines)
 
     # the check reads what names the surrogate and its fit's metrics, not its weights
     shipped = Surrogate(None, None, {"kind": "surrogate"}, (), str(SHIPPED_SURROGATE), (1, 2))
