@@ -97,7 +97,7 @@ def test_optimize_goes_on_when_the_unscheduled_run_is_over_the_limit(tmp_path, c
     assert all(r["speedup"] is None for r in ranking)
     rows = [json.loads(line) for line in (out / "measurements.jsonl").read_text().splitlines()]
     assert rows[0]["source"] == "unscheduled" and rows[0]["status"] == "timeout"
-    assert rows[0]["error"].startswith("kernel run (verify and timing) not done within 1.5 s")
+    assert rows[0]["error"].startswith("kernel run (first call and timing) not done within 1.5 s")
     assert "unscheduled over the 1.5 s limit" in printed.out
     # the shipped agent's surrogate (nothing is adapted in the tests' data folder) is warned of
     # where it was not fitted on this machine

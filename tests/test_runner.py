@@ -166,6 +166,6 @@ def test_each_phase_has_its_own_time_limit_and_names_it(matmul, tmp_path, monkey
     with Runner(timeout_s=0.1) as runner:
         m = runner.measure(mid, method=QUICK)
         assert m.status == "timeout" and timeout_phase(m) == "run"
-        assert m.error.startswith("kernel run (verify and timing) not done within 0.1 s")
+        assert m.error.startswith("kernel run (first call and timing) not done within 0.1 s")
         assert runner.last_reference["source"] == "computed"
         assert m.median_s is None and not m.verified

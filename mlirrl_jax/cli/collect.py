@@ -23,6 +23,7 @@ from mlirrl_jax.shipped import DEFAULT_STORE
 FIELDS = (
     "suite",
     "workers",
+    "gate",
     "threads",
     "next_weight",
     "per_visit",
@@ -82,6 +83,14 @@ def register(sub) -> None:
         help="cores the measured kernels run on, e.g. 0 or 0,1; the job itself may run "
         "elsewhere (taskset -c 1 mlirrl-jax collect --measure-cpus 0 ...)",
     )
+    p.add_argument(
+        "--timing",
+        choices=["adaptive", "full"],
+        default="adaptive",
+        help="adaptive: a kernel of 50 ms or more stops after 2 calls, its first one "
+        "included, if they agree within 2%% (IQR / median); full: every kernel makes a warm-up "
+        "call, then at least 5 calls and 0.1 s (default adaptive)",
+    )
     p.add_argument("--inject-faults", help=argparse.SUPPRESS)  # testing: crash,hang,wrong_output
     add_worker_options(p)
     p.set_defaults(func=run)
@@ -96,6 +105,10 @@ def run(args) -> int:
     if args.rows is None and args.hours is None:
         raise ConfigError("collect needs a limit: --rows N or --hours H")
     from mlirrl_jax.collect import CollectConfig, CollectionJob, parse_mix
+    from mlirrl_jax.host_devices import use_compilation_cache
+    from mlirrl_jax.measure.timing import ADAPTIVE, TimingMethod
+
+    use_compilation_cache()  # a resumed job loads its samplers' compiled steps
 
     config = CollectConfig(
         store=Path(args.store),
@@ -108,6 +121,7 @@ def run(args) -> int:
         agent=Path(args.agent) if args.agent else None,
         surrogate=Path(args.surrogate) if args.surrogate else None,
         measure_cpus=args.measure_cpus or (),
+        method=ADAPTIVE if args.timing == "adaptive" else TimingMethod(),
         inject_faults=tuple(f for f in (args.inject_faults or "").split(",") if f),
     )
     job = CollectionJob(config)

@@ -11,6 +11,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from mlirrl_jax.collect.config import BackendError, CollectConfig, Task
 from mlirrl_jax.errors import ConfigError
+from mlirrl_jax.measure.gate import TimingGate
 from mlirrl_jax.measure.runner import Runner
 from mlirrl_jax.measure.timing import Measurement
 from mlirrl_jax.measure.worker import MEASURE_CPUS
@@ -66,16 +67,20 @@ def measure_task(runner: Runner, task: Task, config: CollectConfig) -> Measureme
     )
 
 
-def local_workers(workers: int, threads: int, cpus: tuple[int, ...] = ()) -> int:
-    """Kernels measured at once on this machine: at most `workers`, and no more than its
-    cores (or `cpus`) hold at `threads` each, so that no two measured kernels share a core."""
+def local_workers(
+    workers: int, threads: int, cpus: tuple[int, ...] = (), gated: bool = False
+) -> int:
+    """Worker processes on this machine: at most `workers`, and no more than its cores (or
+    `cpus`) hold. Gated workers (`measure.gate`) time one kernel at a time, so each may
+    compile on a core of its own; otherwise each needs `threads` cores of its own, so that no
+    two measured kernels share a core."""
     if cpus:
         cores = len(cpus)
     elif hasattr(os, "sched_getaffinity"):
         cores = len(os.sched_getaffinity(0))
     else:
         cores = os.cpu_count()
-    return max(1, min(workers, (cores or 1) // threads))
+    return max(1, min(workers, (cores or 1) // (1 if gated else threads)))
 
 
 def check_measure_cpus(cpus: tuple[int, ...], threads: int) -> None:
@@ -93,11 +98,12 @@ def check_measure_cpus(cpus: tuple[int, ...], threads: int) -> None:
 
 def local_backend(config: CollectConfig) -> Backend:
     """Measurement worker processes on this machine (`local_workers` of them), pinned to
-    `config.measure_cpus` when given."""
-    count = local_workers(config.workers, config.threads, config.measure_cpus)
+    `config.measure_cpus` when given, sharing one timing gate unless `config.gate` is off."""
+    count = local_workers(config.workers, config.threads, config.measure_cpus, config.gate)
     if config.measure_cpus:
         os.environ[MEASURE_CPUS] = ",".join(str(c) for c in sorted(set(config.measure_cpus)))
-    runners = [Runner(config.timeout_s, config.mem_limit_mb) for _ in range(count)]
+    gate = TimingGate() if config.gate else None
+    runners = [Runner(config.timeout_s, config.mem_limit_mb, gate=gate) for _ in range(count)]
     measurers = [lambda task, r=runner: measure_task(r, task, config) for runner in runners]
     return Backend(
         measurers, lambda: [r.close() for r in runners], lambda: [r.abort() for r in runners]

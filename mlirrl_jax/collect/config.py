@@ -10,7 +10,7 @@ from pathlib import Path
 
 from mlirrl_jax.errors import ConfigError, Error
 from mlirrl_jax.measure.runner import DEFAULT_MEM_LIMIT_MB
-from mlirrl_jax.measure.timing import TimingMethod
+from mlirrl_jax.measure.timing import ADAPTIVE, TimingMethod
 from mlirrl_jax.programs.ir import Program
 from mlirrl_jax.schedule import Schedule
 from mlirrl_jax.shipped import DEFAULT_STORE
@@ -63,6 +63,9 @@ class CollectConfig:
     budget: int | None = None  # stop when the store holds this many rows for the split here
     hours: float | None = None  # or stop after this long
     workers: int = 2  # measurements in flight at once
+    # one kernel timed at a time, the other workers paused meanwhile (`measure.gate`): workers
+    # compile and compute references on every core, and no timed run has a neighbour
+    gate: bool = True
     # cores the measured kernels run on (empty: any); the job itself can then run elsewhere,
     # e.g. `taskset -c 1 mlirrl-jax collect --measure-cpus 0`
     measure_cpus: tuple[int, ...] = ()
@@ -86,7 +89,8 @@ class CollectConfig:
     address: str | None = None  # Ray cluster address (backend "ray")
     timeout_s: float = 60.0
     mem_limit_mb: int = DEFAULT_MEM_LIMIT_MB
-    method: TimingMethod = field(default_factory=TimingMethod)
+    # adaptive repeats: a steady kernel is timed in 10 to 20 calls, a noisy one for 0.1 s
+    method: TimingMethod = ADAPTIVE
     max_programs: int | None = None  # only the first N programs of the split (tests, demos)
     max_mflops: float | None = None  # only programs of at most this many MFLOP
     programs: tuple[str, ...] = ()  # only these URIs of the split (tests, demos)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import jax
@@ -28,6 +28,7 @@ from mlirrl_jax.interrupt import check_stop
 from mlirrl_jax.measure.fingerprint import machine_fingerprint
 from mlirrl_jax.measure.profile import this_machine_profile
 from mlirrl_jax.measure.runner import FAULTS
+from mlirrl_jax.measure.timing import Measurement
 from mlirrl_jax.programs import suites
 from mlirrl_jax.programs.ir import Program, load_program
 from mlirrl_jax.sampler import EpisodeSampler, Mutation, agent_policy, random_policy
@@ -233,7 +234,9 @@ class CollectionJob:
             cache[index] = (schedule, schedule_to_actions(program, schedule, nearest=True))
         return cache[index]
 
-    def run(self) -> CollectReport:
+    def run(self, on_result: Callable[[Task, Measurement], None] | None = None) -> CollectReport:
+        """Measure until the budget or the time is spent; each result also goes to
+        `on_result`."""
         config = self.config
         report = CollectReport()
         start = time.monotonic()
@@ -263,7 +266,14 @@ class CollectionJob:
 
         try:
             measure_stream(
-                self.tasks(), config, self.store, report, bar, done, on_skip=self._skipped
+                self.tasks(),
+                config,
+                self.store,
+                report,
+                bar,
+                done,
+                on_result=on_result or (lambda task, measurement: None),
+                on_skip=self._skipped,
             )
             self._follow_store()  # the rows other jobs stored meanwhile are the split's too
         finally:

@@ -23,14 +23,29 @@ STATUSES = (
 
 @dataclass(frozen=True)
 class TimingMethod:
-    """A first run (on NaN-filled outputs) that is verified, then repeats until both minimums."""
+    """A first run (on NaN-filled outputs), then repeats until both minimums (or, adaptively,
+    until the repeats agree: `converged_spread`); the outputs are verified after."""
 
     min_repeats: int = 5
     min_time_s: float = 0.1
     max_repeats: int = 10_000
     seed: int = 0  # random inputs are fixed by this seed
     timer: str = "time.perf_counter_ns"
-    warmup: int = 1  # the verified run doubles as the warm-up
+    warmup: int = 1  # the first run is the warm-up
+    # Adaptive repeats for long kernels: stop at `converged_repeats` calls (fewer than
+    # `min_repeats`) once they have taken `min_time_s` and their interquartile range is within
+    # this fraction of their median. Short kernels, whose calls cannot fill `min_time_s` by
+    # then, run as before. 0 turns it off.
+    converged_spread: float = 0.0
+    converged_repeats: int = 2
+    # a first run of at least this many seconds is a timed call too: a kernel that long warms
+    # its caches within the call, and its data's pages are touched before it (0: never)
+    first_call_counts_s: float = 0.0
+
+
+# the method collection jobs time with: a kernel of 50 ms or more stops after 2 calls (its
+# first included) when they agree within 2%
+ADAPTIVE = TimingMethod(converged_spread=0.02, first_call_counts_s=0.05)
 
 
 @dataclass
@@ -41,10 +56,23 @@ class TimingStats:
     repeats: int
 
 
-def time_calls(call, method: TimingMethod) -> TimingStats:
-    """Call `call()` until `min_repeats` calls and `min_time_s` seconds have passed."""
+def _spread(samples: list[float]) -> tuple[float, float]:
+    """(median, interquartile range / median) of `samples`."""
+    median = statistics.median(samples)
+    q1, _, q3 = statistics.quantiles(samples, n=4) if len(samples) > 1 else (median, 0, median)
+    return median, (q3 - q1) / median if median else 0.0
+
+
+def time_calls(call, method: TimingMethod, first_call_s: float | None = None) -> TimingStats:
+    """Call `call()` until `min_repeats` calls and `min_time_s` seconds have passed, or until
+    `converged_repeats` calls that took `min_time_s` agree (`TimingMethod.converged_spread`).
+    `first_call_s`, the first run's seconds, counts as a call if it is long enough
+    (`TimingMethod.first_call_counts_s`)."""
     samples: list[float] = []
-    total = 0.0
+    counts = method.first_call_counts_s > 0 and (first_call_s or 0.0) >= method.first_call_counts_s
+    if counts:
+        samples.append(first_call_s)
+    total = sum(samples)
     while len(samples) < method.max_repeats and (
         len(samples) < method.min_repeats or total < method.min_time_s
     ):
@@ -53,9 +81,15 @@ def time_calls(call, method: TimingMethod) -> TimingStats:
         elapsed = (time.perf_counter_ns() - start) * 1e-9
         samples.append(elapsed)
         total += elapsed
-    median = statistics.median(samples)
-    q1, _, q3 = statistics.quantiles(samples, n=4) if len(samples) > 1 else (median, 0, median)
-    return TimingStats(median, min(samples), (q3 - q1) / median if median else 0.0, len(samples))
+        if (
+            method.converged_spread > 0
+            and method.converged_repeats <= len(samples) < method.min_repeats
+            and total >= method.min_time_s
+            and _spread(samples)[1] <= method.converged_spread
+        ):
+            break
+    median, spread = _spread(samples)
+    return TimingStats(median, min(samples), spread, len(samples))
 
 
 @dataclass
@@ -78,6 +112,9 @@ class Measurement:
     tolerance: float | None = None
     compile_s: dict = field(default_factory=dict)  # transform_s, lower_s, jit_s
     wall_s: float | None = None  # the whole measurement, as the caller waited for it
+    # where the rest of the time went: reference_s, first_call_s, verify_s, timing_s and, for
+    # a gated worker (`measure.gate`), gate_wait_s
+    phase_s: dict = field(default_factory=dict)
     error: str | None = None
     method: dict = field(default_factory=dict)
     fingerprint: dict = field(default_factory=dict)

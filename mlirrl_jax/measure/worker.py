@@ -4,7 +4,9 @@ Started by `runner.Runner` as `python -m mlirrl_jax.measure.worker READ_FD WRITE
 serves requests until it reads None. It never imports JAX, so it starts fast, and an abort in
 the compiler takes nothing else down. Before each phase of a request after compiling it sends
 {"phase": "reference"} or {"phase": "run"} (the runner gives each phase its own time limit),
-then the reply.
+then the reply; {"phase": "verify"} follows the timed calls. A gated request (`measure.gate`)
+waits after {"phase": "run"} until the runner answers that the gate is its own, with the cores
+to time on; such a worker dies with the job that started it, since the gate may pause it.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import os
 import resource
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -21,6 +24,7 @@ from multiprocessing.connection import Connection
 import numpy as np
 
 from mlirrl_jax.measure.compile import CompileError, compile_kernel
+from mlirrl_jax.measure.gate import confine
 from mlirrl_jax.measure.refcache import MIN_STORED_S, ReferenceCache
 from mlirrl_jax.measure.reference import (
     NUMPY_TYPES,
@@ -118,21 +122,33 @@ def measure_request(request: dict, enter_phase: Callable[[dict], None]) -> dict:
         data, reference = program_data(program, method.seed)
     except ReferenceUnsupported as exc:
         return {**result, "status": "reference_error", "error": str(exc)}
-    enter_phase({"phase": "run", "reference": reference})
-    inject_test_fault(fault)  # a broken kernel: it crashes, hangs or exhausts memory when run
     outputs = [nan_filled(t.shape, NUMPY_TYPES[t.element_type]) for t in program.outputs]
     packed, keep_alive = kernel.pack(data.inputs + outputs)
+    enter_phase({"phase": "run", "reference": reference})
+    started = time.perf_counter()
+    inject_test_fault(fault)  # a broken kernel: it crashes, hangs or exhausts memory when run
     kernel.function(packed)
-    checked = verify_and_time(
-        lambda: kernel.function(packed), outputs, data.references, data.tolerance, method, fault
-    )
+    first_call_s = time.perf_counter() - started
+    # timed before it is verified, so that the comparison runs after the gate is given back;
+    # the timed calls rewrite the same outputs, and a wrong one keeps no times
+    stats = time_calls(lambda: kernel.function(packed), method, first_call_s)
+    timed = time.perf_counter()
+    enter_phase({"phase": "verify"})
+    checked = verify(outputs, data.references, data.tolerance, fault)
     del keep_alive
+    if checked["status"] == "ok":
+        checked.update(timing_fields(stats))
+    checked["phase_s"] = {
+        "first_call_s": first_call_s,
+        "timing_s": timed - started - first_call_s,
+        "verify_s": time.perf_counter() - timed,
+    }
     return {**result, **checked}
 
 
-def verify_and_time(call, outputs, references, rtol: float, method, fault=None) -> dict:
-    """The record fields of a computation whose first call wrote `outputs`: "wrong_output" if
-    one differs from its reference by more than `rtol`, else "ok" with `call` timed."""
+def verify(outputs, references, rtol: float, fault=None) -> dict:
+    """The record fields of a computation's `outputs` against their references: "ok" and
+    verified, or "wrong_output" if one differs by more than `rtol`."""
     if fault == "wrong_output":
         outputs[0].reshape(-1)[0] += 1.0
     worst = 0.0
@@ -146,17 +162,35 @@ def verify_and_time(call, outputs, references, rtol: float, method, fault=None) 
                 "tolerance": rtol,
                 "error": f"output differs from the reference: error {error:.3g} > {rtol:.3g}",
             }
-    stats = time_calls(call, method)
+    return {"status": "ok", "verified": True, "max_error": worst, "tolerance": rtol}
+
+
+def timing_fields(stats) -> dict:
+    """The record fields of a timed computation (`timing.TimingStats`)."""
     return {
-        "status": "ok",
-        "verified": True,
-        "max_error": worst,
-        "tolerance": rtol,
         "median_s": stats.median_s,
         "min_s": stats.min_s,
         "spread": stats.spread,
         "repeats": stats.repeats,
     }
+
+
+def verify_and_time(call, outputs, references, rtol: float, method, fault=None) -> dict:
+    """The record fields of a computation whose first call wrote `outputs`: "wrong_output" if
+    one differs from its reference by more than `rtol`, else "ok" with `call` timed."""
+    checked = verify(outputs, references, rtol, fault)
+    if checked["status"] == "ok":
+        checked.update(timing_fields(time_calls(call, method)))
+    return checked
+
+
+def _die_with_parent() -> None:
+    """Be killed when the job that started this worker dies (Linux): a worker the gate paused
+    would otherwise outlive a killed job, stopped."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() == 1:  # the job died before this line
+            sys.exit(0)
 
 
 def main() -> None:
@@ -165,6 +199,7 @@ def main() -> None:
     cpus = os.environ.get(MEASURE_CPUS)
     if cpus:  # measure on these cores only (`collect --measure-cpus`)
         os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
+    after: list[tuple[int, ...]] = []  # the cores to go back to once the kernel is timed
     receive = Connection(int(sys.argv[1]), writable=False)
     send = Connection(int(sys.argv[2]), readable=False)
     while True:
@@ -174,8 +209,22 @@ def main() -> None:
             return
         if request is None:
             return
+        if request.get("gated"):
+            _die_with_parent()
+
+        def enter_phase(message: dict, gated: bool = bool(request.get("gated"))) -> None:
+            send.send(message)
+            if not gated:
+                return
+            if message["phase"] == "run":  # the gate is ours: the others keep off these cores
+                granted = receive.recv()
+                confine(os.getpid(), tuple(granted["go"]))
+                after.append(tuple(granted["after"]))
+            elif message["phase"] == "verify" and after:
+                confine(os.getpid(), after.pop())  # back on the job's cores
+
         try:
-            reply = measure_request(request, send.send)
+            reply = measure_request(request, enter_phase)
         except MemoryError:
             limit = resource.getrlimit(resource.RLIMIT_AS)[0]
             reply = {
