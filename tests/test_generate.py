@@ -16,6 +16,7 @@ from mlir import execution_engine, ir, passmanager, runtime
 
 from mlirrl_jax.programs import suites
 from mlirrl_jax.programs.generate import (
+    LAYERNORM_PARTS,
     LQCD_PATTERNS,
     SOFTMAX_PARTS,
     BatchMatmulSpec,
@@ -23,7 +24,9 @@ from mlirrl_jax.programs.generate import (
     Conv2dSpec,
     ConvBiasReluSpec,
     DepthwiseSpec,
+    ElementwiseChainSpec,
     ElementwiseSpec,
+    LayerNormSpec,
     MatmulBiasReluSpec,
     MatmulSpec,
     PoolSpec,
@@ -31,8 +34,10 @@ from mlirrl_jax.programs.generate import (
     Spec,
     conv_out,
     flops,
+    operand_shapes,
     render,
 )
+from mlirrl_jax.programs.sampling import AWKWARD_EXTENTS
 
 # Pinned for the published suite dl-v0: if one of these fails, the suite changed. Do not update
 # the pins; restore the old programs and publish the change as a new suite version instead.
@@ -41,6 +46,7 @@ DL_V0_METADATA_SHA256 = "e564c0872b754346e1bfa46650fbd948db3ad6295800c25f9857961
 SHAPES_V0_CONTENT_SHA256 = "c18c07eea923d2139109a9138d39fc83d8d9e5f28febe5fe2fb8fcb177ea1d03"
 SHAPES_V1_CONTENT_SHA256 = "a72006a1921865806632b0c7761cb991b6d58c2475440f8e34172ff63a7a59d0"
 SHAPES_V2_CONTENT_SHA256 = "b2e6df5589dbaa593434311ff50155a6dc9c6e09ce7145410309409cc82af888"
+SHAPES_V3_CONTENT_SHA256 = "1cf6b23e612ccf7a0c5aabab1e08fbeff6e19f34100d49117ac603403bfdc948"
 
 GENERALIZE = "builtin.module(linalg-generalize-named-ops)"
 # The sequential lowering of shared/reference/mlir_probe.py (no schedule).
@@ -72,6 +78,9 @@ KIND_SAMPLES: list[Spec] = [
     ElementwiseSpec("relu", (2, 3, 4, 5)),
     ElementwiseSpec("gelu", (64,)),
     *(SoftmaxSpec(part, 5, 7) for part in SOFTMAX_PARTS),
+    *(LayerNormSpec(part, 5, 7) for part in LAYERNORM_PARTS),
+    ElementwiseChainSpec(("mul", "add", "relu"), (2, 3, 5)),
+    ElementwiseChainSpec(("gelu", "mul"), (3, 7)),
     MatmulBiasReluSpec(5, 6, 7),
     ConvBiasReluSpec(1, 9, 9, 3, 4, 3, 2),
     *(ContractionSpec(p, tuple(range(2, 2 + len(v.lattice)))) for p, v in LQCD_PATTERNS.items()),
@@ -159,6 +168,23 @@ def _conv_nhwc(x: np.ndarray, w: np.ndarray, s: int, d: int) -> np.ndarray:
     )
 
 
+def _gelu(x: np.ndarray) -> np.ndarray:
+    """The exact (erf) GELU."""
+    return np.vectorize(lambda v: 0.5 * v * (1 + erf(v / math.sqrt(2))))(x)
+
+
+def _layernorm_reference(part: str, args: list[np.ndarray]) -> np.ndarray:
+    x = args[0]
+    if part == "mean":
+        return x.mean(1)
+    if part == "var":
+        return ((x - args[1][:, None]) ** 2).mean(1)
+    if part == "norm":
+        return (x - args[1][:, None]) / np.sqrt(args[2][:, None] + 1e-5)
+    mean = x.mean(1, keepdims=True)
+    return (x - mean) / np.sqrt(((x - mean) ** 2).mean(1, keepdims=True) + 1e-5)
+
+
 def _reference(spec: Spec, args: list[np.ndarray]) -> np.ndarray:
     """NumPy result of `spec` on `args`."""
     if isinstance(spec, MatmulSpec | BatchMatmulSpec):
@@ -179,7 +205,7 @@ def _reference(spec: Spec, args: list[np.ndarray]) -> np.ndarray:
         wins = _windows(args[0], spec.k, spec.stride, spec.dilation)
         return {"max": wins.max(0), "sum": wins.sum(0), "avg": wins.mean(0)}[spec.op]
     if isinstance(spec, ElementwiseSpec) and spec.op == "gelu":
-        return np.vectorize(lambda v: 0.5 * v * (1 + erf(v / math.sqrt(2))))(args[0])
+        return _gelu(args[0])
     if isinstance(spec, ElementwiseSpec):
         return args[0] + args[1] if spec.op == "add" else np.maximum(args[0], 0)
     if isinstance(spec, SoftmaxSpec):
@@ -194,6 +220,18 @@ def _reference(spec: Spec, args: list[np.ndarray]) -> np.ndarray:
             return x / args[1][:, None]
         e = np.exp(x - x.max(1, keepdims=True))
         return e / e.sum(1, keepdims=True)
+    if isinstance(spec, LayerNormSpec):
+        return _layernorm_reference(spec.part, args)
+    if isinstance(spec, ElementwiseChainSpec):
+        value, second_inputs = args[0], iter(args[1:])
+        for op in spec.ops:
+            if op == "add":
+                value = value + next(second_inputs)
+            elif op == "mul":
+                value = value * next(second_inputs)
+            else:
+                value = np.maximum(value, 0) if op == "relu" else _gelu(value)
+        return value
     if isinstance(spec, ContractionSpec):
         pat = LQCD_PATTERNS[spec.pattern]
         return np.einsum(f"{pat.lhs},{pat.rhs}->{pat.out}", *args)
@@ -216,15 +254,18 @@ def test_kind_computes_its_reference(spec: Spec) -> None:
     args = [rng.random(s, dtype=np.float32) - 0.5 for s in shapes]
     if isinstance(spec, SoftmaxSpec) and spec.part == "div":
         args[1] += 1.0  # keep the divisor away from zero
+    if isinstance(spec, LayerNormSpec) and spec.part == "norm":
+        args[2] += 1.0  # a variance is not negative
     got = _run(spec, args)
     # gelu is the tanh approximation: within 1e-3 of the exact erf form
-    atol = 1e-3 if isinstance(spec, ElementwiseSpec) and spec.op == "gelu" else 1e-4
+    ops = spec.ops if isinstance(spec, ElementwiseChainSpec) else (getattr(spec, "op", None),)
+    atol = 1e-3 if "gelu" in ops else 1e-4
     np.testing.assert_allclose(got, _reference(spec, args), rtol=1e-4, atol=atol)
 
 
 def test_every_kind_has_a_sample() -> None:
     kinds = {s.kind for s in KIND_SAMPLES}
-    assert kinds >= {e.kind for e in suites.suite()}
+    assert kinds >= {e.kind for e in suites.suite()} | {e.kind for e in suites.suite("shapes-v3")}
     assert {"pool_max", "pool_sum", "pool_avg", "conv2d_nhwc", "conv2d_nchw"} <= kinds
 
 
@@ -372,6 +413,49 @@ def test_cnn_stage_shapes_suite_is_pinned_and_disjoint() -> None:
     assert all(suites.baseline_seconds(e.spec) <= suites.MAX_BASELINE_S for e in shapes)
 
 
+def test_awkward_shapes_suite_is_pinned_disjoint_and_covers_what_users_bring() -> None:
+    assert suites.content_hash("shapes-v3") == SHAPES_V3_CONTENT_SHA256
+    shapes = suites.suite("shapes-v3")
+    assert len(shapes) == 1440 and {e.model for e in shapes} == {"sampled"}
+    assert len(suites.split("shapes-v3", "train")) == 1227
+    others = {
+        e.name for name in suites.list_suites() if name != "shapes-v3" for e in suites.suite(name)
+    }
+    assert not {e.name for e in shapes} & others
+    assert all(e.uri.startswith("suite://shapes-v3/") for e in shapes)
+    kinds = {e.kind for e in shapes}
+    assert {"elementwise_chain", "layernorm", "softmax", "pool_avg", "batch_matmul"} <= kinds
+    assert {f"layernorm_{part}" for part in ("mean", "var", "norm")} <= kinds
+    # windows strided and dilated at once, in both layouts, fused and depthwise too
+    both = {
+        e.kind
+        for e in shapes
+        if hasattr(e.spec, "dilation") and min(e.spec.stride, e.spec.dilation) > 1
+    }
+    assert {"conv2d_nchw", "conv2d_nhwc", "conv_bias_relu", "depthwise"} <= both
+    assert max(e.spec.stride for e in shapes if e.kind.startswith("conv2d")) == 4
+    assert max(e.spec.dilation for e in shapes if e.kind.startswith("conv2d")) == 6
+    pools = [e.spec for e in shapes if e.kind.startswith("pool")]
+    assert {p.layout for p in pools} == {"nhwc", "nchw"} and any(p.k == p.h for p in pools)
+    extents = {d for e in shapes for shape in operand_shapes(e.spec)[0] for d in shape}
+    assert set(AWKWARD_EXTENTS) <= extents
+    assert all(suites.baseline_seconds(e.spec) <= suites.MAX_BASELINE_S for e in shapes)
+
+
+def test_the_suites_train_on_3000_programs_and_shapes_v3_holds_no_test_program() -> None:
+    train = {e.name for name in suites.list_suites() for e in suites.split(name, "train")}
+    assert len(train) >= 3000
+    # awkward-v0 is all test: its programs are among the held-out ones
+    held_out = {
+        e.name
+        for name in suites.list_suites()
+        if name != "shapes-v3"
+        for e in suites.split(name, "test")
+    }
+    assert {e.name for e in suites.suite("awkward-v0")} <= held_out
+    assert not {e.name for e in suites.suite("shapes-v3")} & held_out
+
+
 def test_get_and_errors() -> None:
     entry = suites.suite()[0]
     assert suites.get(entry.uri) is entry
@@ -382,6 +466,7 @@ def test_get_and_errors() -> None:
         "shapes-v2",
         "awkward-v0",
         "models-v0",
+        "shapes-v3",
     ]
     with pytest.raises(suites.UnknownProgramError) as err:
         suites.get(entry.uri + "0")

@@ -26,6 +26,8 @@ SPECS = [
     g.MatmulBiasReluSpec(16, 32, 24),
     g.ConvBiasReluSpec(1, 10, 10, 4, 8, 3, stride=2),
     g.SoftmaxSpec("full", 8, 32),
+    g.LayerNormSpec("full", 8, 32),
+    g.ElementwiseChainSpec(("mul", "add", "relu"), (4, 8)),
     g.ContractionSpec("su3_mul", (2, 2)),
     g.ContractionSpec("gamma_apply", (2, 2, 2)),
 ]

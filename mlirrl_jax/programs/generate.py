@@ -12,6 +12,10 @@ from collections.abc import Sequence
 
 # the spec types it renders, re-exported: callers import specs and rendering from here
 from mlirrl_jax.programs.specs import (
+    CHAIN_BINARY_OPS,
+    CHAIN_OPS,
+    LAYERNORM_EPS,
+    LAYERNORM_PARTS,
     LQCD_PATTERNS,
     NEG_INF,
     SOFTMAX_PARTS,
@@ -20,7 +24,9 @@ from mlirrl_jax.programs.specs import (
     Conv2dSpec,
     ConvBiasReluSpec,
     DepthwiseSpec,
+    ElementwiseChainSpec,
     ElementwiseSpec,
+    LayerNormSpec,
     MatmulBiasReluSpec,
     MatmulSpec,
     PoolSpec,
@@ -207,6 +213,15 @@ _GELU_BODY = [
 ]
 
 
+# each element-wise op's body, yielding %y (relu reads the function's %zero)
+_ELEMENTWISE_BODIES = {
+    "add": ["%y = arith.addf %in0, %in1 : f32"],
+    "mul": ["%y = arith.mulf %in0, %in1 : f32"],
+    "relu": ["%y = arith.maximumf %in0, %zero : f32"],
+    "gelu": _GELU_BODY,
+}
+
+
 def render_elementwise(spec: ElementwiseSpec) -> str:
     """An all-parallel `linalg.generic` writing into a fresh tensor."""
     args, o = operand_shapes(spec)
@@ -214,14 +229,30 @@ def render_elementwise(spec: ElementwiseSpec) -> str:
     dims, ident = _ids(len(o))
     body = [_ZERO] if spec.op == "relu" else []
     body.append(_empty("out", o))
-    op_body = {
-        "add": ["%y = arith.addf %in0, %in1 : f32"],
-        "relu": ["%y = arith.maximumf %in0, %zero : f32"],
-        "gelu": _GELU_BODY,
-    }[spec.op]
+    op_body = _ELEMENTWISE_BODIES[spec.op]
     ins = [(n, s, ident) for n, s in zip(names, args, strict=True)]
     body += _generic("r", dims, ["parallel"] * len(o), ins, ("out", o, ident), op_body, "y")
     return _func(spec.name, list(zip(names, args, strict=True)), body, "r", o)
+
+
+def render_elementwise_chain(spec: ElementwiseChainSpec) -> str:
+    """One all-parallel `linalg.generic` per op, each into a fresh tensor and reading the one
+    before; add and mul also read the next of the inputs B1, B2."""
+    args, o = operand_shapes(spec)
+    names = ["X", *(f"B{i}" for i in range(1, len(args)))]
+    dims, ident = _ids(len(o))
+    body = [_ZERO] if "relu" in spec.ops else []
+    previous, second_inputs = "X", iter(names[1:])
+    for i, op in enumerate(spec.ops):
+        ins = [(previous, o, ident)]
+        if op in CHAIN_BINARY_OPS:
+            ins.append((next(second_inputs), o, ident))
+        step = f"step{i}"
+        body.append(_empty(f"{step}_e", o))
+        out = (f"{step}_e", o, ident)
+        body += _generic(step, dims, ["parallel"] * len(o), ins, out, _ELEMENTWISE_BODIES[op], "y")
+        previous = step
+    return _func(spec.name, list(zip(names, args, strict=True)), body, previous, o)
 
 
 _ROW, _ALL = "d0", "d0, d1"
@@ -310,6 +341,89 @@ def render_softmax(spec: SoftmaxSpec) -> str:
     return _func(spec.name, list(zip(names, args, strict=True)), body, res, o)
 
 
+def _row_mean(
+    res: str, rc: Shape, ins: Sequence[tuple[str, Shape, str]], body: Sequence[str]
+) -> list[str]:
+    """The mean over each row of (rows, cols) of the value `body` yields as %acc_next from
+    `ins`: a sum into a zero-filled row vector, then a divide by the function's %cols."""
+    rows = rc[:1]
+    return [
+        *_filled(f"{res}_sum0", "zero", rows),
+        *_generic(
+            f"{res}_sum", ["d0", "d1"], _RED2, ins, (f"{res}_sum0", rows, _ROW), body, "acc_next"
+        ),
+        _empty(f"{res}_e", rows),
+        *_generic(
+            res,
+            ["d0"],
+            ["parallel"],
+            [(f"{res}_sum", rows, _ROW)],
+            (f"{res}_e", rows, _ROW),
+            ["%q = arith.divf %in0, %cols : f32"],
+            "q",
+        ),
+    ]
+
+
+def _layernorm_mean(x: str, rc: Shape) -> list[str]:
+    return _row_mean("mean", rc, [(x, rc, _ALL)], ["%acc_next = arith.addf %in0, %acc : f32"])
+
+
+def _layernorm_var(x: str, mean: str, rc: Shape) -> list[str]:
+    return _row_mean(
+        "var",
+        rc,
+        [(x, rc, _ALL), (mean, rc[:1], _ROW)],
+        [
+            "%dx = arith.subf %in0, %in1 : f32",
+            "%sq = arith.mulf %dx, %dx : f32",
+            "%acc_next = arith.addf %sq, %acc : f32",
+        ],
+    )
+
+
+def _layernorm_norm(x: str, mean: str, var: str, rc: Shape) -> list[str]:
+    return [
+        _empty("norm_e", rc),
+        *_generic(
+            "norm",
+            ["d0", "d1"],
+            _PAR2,
+            [(x, rc, _ALL), (mean, rc[:1], _ROW), (var, rc[:1], _ROW)],
+            ("norm_e", rc, _ALL),
+            [
+                "%dx = arith.subf %in0, %in1 : f32",
+                "%ve = arith.addf %in2, %eps : f32",
+                "%rs = math.rsqrt %ve : f32",
+                "%ny = arith.mulf %dx, %rs : f32",
+            ],
+            "ny",
+        ),
+    ]
+
+
+def render_layernorm(spec: LayerNormSpec) -> str:
+    """One piece of a row layer norm (mean, variance given the mean, (x - mean) / sqrt(var +
+    eps)) or the chain of all three; each mean is a sum and then a divide, as torch-mlir
+    lowers them."""
+    args, o = operand_shapes(spec)
+    rc = (spec.rows, spec.cols)
+    cols = f"%cols = arith.constant {float(spec.cols)!r} : f32"
+    eps = f"%eps = arith.constant {LAYERNORM_EPS} : f32"
+    part = spec.part
+    if part == "mean":
+        body, res, names = [_ZERO, cols, *_layernorm_mean("X", rc)], "mean", ["X"]
+    elif part == "var":
+        body, res, names = [_ZERO, cols, *_layernorm_var("X", "M", rc)], "var", ["X", "M"]
+    elif part == "norm":
+        body, res, names = [eps, *_layernorm_norm("X", "M", "V", rc)], "norm", ["X", "M", "V"]
+    else:
+        body = [_ZERO, cols, eps, *_layernorm_mean("X", rc), *_layernorm_var("X", "mean", rc)]
+        body += _layernorm_norm("X", "mean", "var", rc)
+        res, names = "norm", ["X"]
+    return _func(spec.name, list(zip(names, args, strict=True)), body, res, o)
+
+
 def _bias_relu(res: str, x: str, bias: str, o: Shape) -> list[str]:
     """relu(x + bias) with the bias broadcast along the last dimension."""
     dims, ident = _ids(len(o))
@@ -373,6 +487,8 @@ _RENDERERS = {
     PoolSpec: render_pool,
     ElementwiseSpec: render_elementwise,
     SoftmaxSpec: render_softmax,
+    LayerNormSpec: render_layernorm,
+    ElementwiseChainSpec: render_elementwise_chain,
     MatmulBiasReluSpec: render_matmul_bias_relu,
     ConvBiasReluSpec: render_conv_bias_relu,
     ContractionSpec: render_contraction,
@@ -388,13 +504,19 @@ def render(spec: Spec) -> str:
 
 
 __all__ = [
+    "CHAIN_BINARY_OPS",
+    "CHAIN_OPS",
+    "LAYERNORM_EPS",
+    "LAYERNORM_PARTS",
     "BatchMatmulSpec",
     "ContractionSpec",
     "Conv2dSpec",
     "ConvBiasReluSpec",
     "DepthwiseSpec",
+    "ElementwiseChainSpec",
     "ElementwiseSpec",
     "LQCD_PATTERNS",
+    "LayerNormSpec",
     "MatmulBiasReluSpec",
     "MatmulSpec",
     "NEG_INF",
@@ -414,6 +536,8 @@ __all__ = [
     "render_conv_bias_relu",
     "render_depthwise",
     "render_elementwise",
+    "render_elementwise_chain",
+    "render_layernorm",
     "render_matmul",
     "render_matmul_bias_relu",
     "render_pool",

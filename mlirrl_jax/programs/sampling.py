@@ -1,6 +1,7 @@
 """Random program shapes for the sampled part of the suites: per kind, a spec drawn within
-ranges (`SampleRanges`: the wide ones, the networks' sizes, the CNN stages', dl-v0's).
-Draws depend only on the generator: the suites' pinned hashes guard them."""
+ranges (`SampleRanges`: the wide ones, the networks' sizes, the CNN stages', dl-v0's), or by
+shapes-v3's own draws (`sample_shapes_v3`). Draws depend only on the generator: the suites'
+pinned hashes guard them."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from mlirrl_jax.errors import ConfigError
 
 # the spec types this module builds (each builder of specs imports the same list)
 from mlirrl_jax.programs.generate import (
+    LAYERNORM_PARTS,
     LQCD_PATTERNS,
     SOFTMAX_PARTS,
     BatchMatmulSpec,
@@ -22,10 +24,13 @@ from mlirrl_jax.programs.generate import (
     Conv2dSpec,
     ConvBiasReluSpec,
     DepthwiseSpec,
+    ElementwiseChainSpec,
     ElementwiseSpec,
+    LayerNormSpec,
     MatmulBiasReluSpec,
     MatmulSpec,
     PoolSpec,
+    Shape,
     SoftmaxSpec,
     Spec,
 )
@@ -155,3 +160,107 @@ def sample_spec(kind: str, rng: np.random.Generator, ranges: SampleRanges = DL_V
         rank = len(LQCD_PATTERNS[pattern].lattice)
         return ContractionSpec(pattern, tuple(_pick(rng, [4, 6, 8, 12, 16]) for _ in range(rank)))
     raise ConfigError(f"no sampler for {kind}")
+
+
+# shapes-v3: what users bring that the earlier grids miss. Extents that do not divide into whole
+# vectors (awkward-v0's, and primes), the channel counts of mobile and efficient CNNs, strided
+# and dilated windows, attention at transformer sizes, layer norms and element-wise chains.
+AWKWARD_EXTENTS = (7, 13, 14, 17, 26, 27, 28, 31, 54, 56, 61, 97, 112, 127, 147)
+# the stage widths of MobileNetV2/V3, EfficientNet, ShuffleNetV2, RegNet and GhostNet, an RGB
+# input's 3, and awkward-v0's extents
+_V3_CHANNELS = tuple(
+    sorted(
+        {3, 24, 36, 40, 58, 72, 88, 116, 120, 144, 152, 184, 232, 240, 368, 464, 480, 672, 696}
+        | {13, 14, 27, 28, 54, 56, 112, 147}
+    )
+)
+_V3_FEATURE_MAPS = (7, 13, 14, 17, 26, 27, 28, 31, 54, 56, 112)
+# token counts: ViT patches at 7x7 and 14x14 (with and without a class token), CLIP's text, a
+# ViT-L/14 at 336 (577), and powers of two
+_V3_TOKENS = (49, 50, 77, 128, 196, 197, 256, 257, 384, 577)
+_V3_HIDDEN = (384, 512, 768, 1000, 1024, 1280, 3072)  # transformer widths, 1000 classes
+_V3_HEAD_DIMS = (32, 64, 80, 96, 128)
+_V3_CHAINS = (
+    ("add", "relu"),  # residual add, then ReLU (ResNet)
+    ("add", "gelu"),  # bias, then GELU
+    ("mul", "add"),  # scale and shift (a folded batch norm)
+    ("mul", "add", "relu"),  # a folded batch norm, then ReLU
+    ("gelu", "mul"),  # GEGLU: GELU of one half times the other
+)
+
+
+def _v3_matrix(rng: np.random.Generator) -> int:
+    """An awkward extent, a token count, a transformer width or a CNN channel count."""
+    return _pick(rng, _pick(rng, [AWKWARD_EXTENTS, _V3_TOKENS, _V3_HIDDEN, _V3_CHANNELS]))
+
+
+def _v3_window(rng: np.random.Generator) -> tuple[int, int, int, int]:
+    """Kernels 1-7 with strides up to 4 and dilations up to 6 (DeepLab's), often both > 1;
+    1x1 and even kernels (patch merging) undilated."""
+    k = _pick(rng, [1, 2, 3, 3, 3, 5, 7])
+    s = _pick(rng, [1, 1, 2, 2, 3, 4])
+    d = _pick(rng, [1, 2, 2, 3, 4, 6]) if k in (3, 5, 7) else 1
+    return k, s, d, d * (k - 1) // 2
+
+
+_V3_RANGES = SampleRanges(
+    channels=lambda rng: _pick(rng, _V3_CHANNELS),
+    wide_channels=lambda rng: _pick(rng, _V3_CHANNELS),
+    matrix=_v3_matrix,
+    spatial=lambda rng: _pick(rng, _V3_FEATURE_MAPS),
+    window=_v3_window,
+)
+
+
+def _v3_activation(rng: np.random.Generator) -> Shape:
+    """An activation's shape: (tokens, width), (batch, tokens, width), NHWC or NCHW."""
+    rank = _pick(rng, [2, 3, 4, 4])
+    if rank == 2:
+        return _pick(rng, _V3_TOKENS + AWKWARD_EXTENTS), _v3_matrix(rng)
+    if rank == 3:
+        return _pick(rng, [2, 4, 8]), _pick(rng, _V3_TOKENS), _pick(rng, _V3_HIDDEN)
+    hw, c = _pick(rng, _V3_FEATURE_MAPS), _pick(rng, _V3_CHANNELS)
+    return (1, hw, hw, c) if rng.integers(2) else (1, c, hw, hw)
+
+
+def sample_shapes_v3(kind: str, rng: np.random.Generator) -> Spec:
+    """A spec of `kind` as shapes-v3 draws it; the kinds without draws of their own are drawn
+    by `sample_spec` within shapes-v3's ranges."""
+    if kind == "batch_matmul":
+        heads = _pick(rng, [1, 2, 4, 8, 12, 16]) * _pick(rng, [1, 1, 2, 4])
+        seq, head_dim = _pick(rng, _V3_TOKENS + AWKWARD_EXTENTS), _pick(rng, _V3_HEAD_DIMS)
+        # the scores q k^T or the weighted values p v, of every token or of one decoded token
+        m, n, k = _pick(rng, [(seq, seq, head_dim), (seq, head_dim, seq)])
+        return BatchMatmulSpec(heads, 1 if rng.integers(4) == 0 else m, n, k)
+    if kind == "depthwise":
+        hw, c = _pick(rng, _V3_FEATURE_MAPS), _pick(rng, _V3_CHANNELS)
+        k, s, d = _pick(rng, [3, 5, 7]), _pick(rng, [1, 2, 2]), _pick(rng, [1, 1, 2, 3])
+        pad = d * (k - 1) // 2
+        return DepthwiseSpec(1, hw + 2 * pad, hw + 2 * pad, c, k, s, d)
+    if kind == "pool":
+        op, layout = _pick(rng, ["max", "sum", "avg"]), _pick(rng, ["nhwc", "nchw"])
+        hw, c = _pick(rng, _V3_FEATURE_MAPS), _pick(rng, _V3_CHANNELS)
+        if hw <= 28 and rng.integers(4) == 0:  # a global pool, as classifier heads end in
+            return PoolSpec(op, 1, hw, hw, c, hw, 1, layout=layout)
+        k, s = _pick(rng, [2, 3]), _pick(rng, [1, 2, 2])
+        return PoolSpec(op, 1, hw, hw, c, k, s, layout=layout)
+    if kind == "elementwise":
+        return ElementwiseSpec(_pick(rng, ["add", "relu", "gelu"]), _v3_activation(rng))
+    if kind == "elementwise_chain":
+        return ElementwiseChainSpec(_pick(rng, _V3_CHAINS), _v3_activation(rng))
+    if kind == "softmax":
+        # attention scores (batch x heads x tokens rows over tokens) or class scores
+        rows = _pick(rng, [1, 2, 4, 8, 12, 16]) * _pick(rng, _V3_TOKENS + AWKWARD_EXTENTS)
+        cols = _pick(rng, _V3_TOKENS + AWKWARD_EXTENTS + (1000, 1001))
+        return SoftmaxSpec(_pick(rng, list(SOFTMAX_PARTS)), rows, cols)
+    if kind == "layernorm":
+        rows = _pick(rng, [1, 2, 4, 8]) * _pick(rng, _V3_TOKENS + AWKWARD_EXTENTS)
+        cols = _pick(rng, _pick(rng, [_V3_HIDDEN, _V3_CHANNELS]))
+        return LayerNormSpec(_pick(rng, list(LAYERNORM_PARTS)), rows, cols)
+    if kind == "contraction":
+        pattern = _pick(rng, sorted(LQCD_PATTERNS))
+        rank = len(LQCD_PATTERNS[pattern].lattice)
+        return ContractionSpec(
+            pattern, tuple(_pick(rng, [3, 5, 6, 7, 9, 10, 14]) for _ in range(rank))
+        )
+    return sample_spec(kind, rng, _V3_RANGES)

@@ -233,6 +233,62 @@ class SoftmaxSpec:
         return f"{self.kind}_r{self.rows}_c{self.cols}"
 
 
+LAYERNORM_PARTS = ("mean", "var", "norm", "full")
+LAYERNORM_EPS = "1.0e-05"  # the epsilon added to the variance, as the MLIR text writes it
+
+
+@dataclass(frozen=True)
+class LayerNormSpec:
+    """Layer normalization over the last dim of (rows, cols), without the affine scale and
+    shift: one piece (row mean, row variance, normalize by both) or the chain."""
+
+    part: str  # one of LAYERNORM_PARTS
+    rows: int
+    cols: int
+
+    def __post_init__(self) -> None:
+        if self.part not in LAYERNORM_PARTS:
+            raise ConfigError(f"{self!r}: part must be one of {LAYERNORM_PARTS}")
+        _positive(self, self.rows, self.cols)
+
+    @property
+    def kind(self) -> str:
+        return "layernorm" if self.part == "full" else f"layernorm_{self.part}"
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}_r{self.rows}_c{self.cols}"
+
+
+# ops of an element-wise chain: add and mul take a new input, relu and gelu one operand
+CHAIN_OPS = ("add", "mul", "relu", "gelu")
+CHAIN_BINARY_OPS = ("add", "mul")
+
+
+@dataclass(frozen=True)
+class ElementwiseChainSpec:
+    """Two or three element-wise ops in a row, one `linalg.generic` each, over one shape: each
+    op applies to the previous op's result (the first to input X)."""
+
+    ops: tuple[str, ...]  # each one of CHAIN_OPS
+    shape: Shape
+
+    def __post_init__(self) -> None:
+        if len(self.ops) not in (2, 3) or any(op not in CHAIN_OPS for op in self.ops):
+            raise ConfigError(f"{self!r}: ops must be 2 or 3 of {CHAIN_OPS}")
+        if not self.shape:
+            raise ConfigError(f"{self!r}: shape must have at least one dimension")
+        _positive(self, *self.shape)
+
+    @property
+    def kind(self) -> str:
+        return "elementwise_chain"
+
+    @property
+    def name(self) -> str:
+        return f"chain_{'_'.join(self.ops)}_{'x'.join(map(str, self.shape))}"
+
+
 @dataclass(frozen=True)
 class MatmulBiasReluSpec:
     """relu(A[m, k] @ B[k, n] + bias[n]): a matmul followed by a fusable generic."""
@@ -365,6 +421,8 @@ Spec = (
     | PoolSpec
     | ElementwiseSpec
     | SoftmaxSpec
+    | LayerNormSpec
+    | ElementwiseChainSpec
     | MatmulBiasReluSpec
     | ConvBiasReluSpec
     | ContractionSpec
@@ -406,11 +464,22 @@ def operand_shapes(spec: Spec) -> tuple[list[Shape], Shape]:
         rc, r = (spec.rows, spec.cols), (spec.rows,)
         args = {"max": [rc], "exp": [rc, r], "sum": [rc], "div": [rc, r], "full": [rc]}[spec.part]
         return args, r if spec.part in ("max", "sum") else rc
+    if isinstance(spec, LayerNormSpec):
+        rc, r = (spec.rows, spec.cols), (spec.rows,)
+        args = {"mean": [rc], "var": [rc, r], "norm": [rc, r, r], "full": [rc]}[spec.part]
+        return args, r if spec.part in ("mean", "var") else rc
+    if isinstance(spec, ElementwiseChainSpec):
+        inputs = 1 + sum(op in CHAIN_BINARY_OPS for op in spec.ops)
+        return [spec.shape] * inputs, spec.shape
     if isinstance(spec, ContractionSpec):
         pat, ext = LQCD_PATTERNS[spec.pattern], spec.extents
         lhs, rhs, out = (tuple(ext[i] for i in idx) for idx in (pat.lhs, pat.rhs, pat.out))
         return [lhs, rhs], out
     raise TypeError(f"not a program spec: {spec!r}")
+
+
+# per element; gelu's body: 8 mul/add ops plus tanh, counted as one
+_ELEMENTWISE_FLOPS = {"add": 1, "mul": 1, "relu": 1, "gelu": 9}
 
 
 def flops(spec: Spec) -> int:
@@ -432,11 +501,17 @@ def flops(spec: Spec) -> int:
         outs = math.prod(operand_shapes(spec)[1])
         return outs * spec.k * spec.k + (outs if spec.op == "avg" else 0)
     if isinstance(spec, ElementwiseSpec):
-        # gelu body: 8 mul/add ops plus tanh, counted as one
-        return math.prod(spec.shape) * {"add": 1, "relu": 1, "gelu": 9}[spec.op]
+        return math.prod(spec.shape) * _ELEMENTWISE_FLOPS[spec.op]
     if isinstance(spec, SoftmaxSpec):
         per = {"max": 1, "exp": 2, "sum": 1, "div": 1, "full": 5}[spec.part]
         return spec.rows * spec.cols * per
+    if isinstance(spec, LayerNormSpec):
+        # per element: mean add; variance sub, mul, add; normalize sub, add, rsqrt, mul; and
+        # one divide per row for each mean
+        per, per_row = {"mean": (1, 1), "var": (3, 1), "norm": (4, 0), "full": (8, 2)}[spec.part]
+        return spec.rows * (spec.cols * per + per_row)
+    if isinstance(spec, ElementwiseChainSpec):
+        return math.prod(spec.shape) * sum(_ELEMENTWISE_FLOPS[op] for op in spec.ops)
     if isinstance(spec, MatmulBiasReluSpec):
         return 2 * spec.m * spec.n * spec.k + 2 * spec.m * spec.n
     if isinstance(spec, ContractionSpec):

@@ -50,6 +50,7 @@ from mlirrl_jax.programs.sampling import (
     NETWORK_RANGES,
     WIDE_RANGES,
     SampleRanges,
+    sample_shapes_v3,
     sample_spec,
 )
 
@@ -208,11 +209,19 @@ _SHAPES_V0_COUNTS = {
 }
 
 
+Draw = Callable[[str, np.random.Generator], Spec]  # (kind, generator) -> a sampled spec
+
+
+def _within(ranges: SampleRanges) -> Draw:
+    """`sample_spec`'s draws within `ranges`."""
+    return functools.partial(sample_spec, ranges=ranges)
+
+
 def _add_sampled(
     b: _Builder,
     seed: int,
+    draw: Draw,
     counts: dict[str, int] = _SAMPLED_COUNTS,
-    ranges: SampleRanges = DL_V0_RANGES,
     exclude: frozenset[str] = frozenset(),
 ) -> None:
     """`counts[kind]` sampled shapes of each kind that fit the caps; names in `exclude` (another
@@ -221,7 +230,7 @@ def _add_sampled(
     for kind, count in counts.items():
         added = 0
         while added < count:
-            spec = sample_spec(kind, rng, ranges)
+            spec = draw(kind, rng)
             if (
                 _fits(spec)
                 and spec.name not in exclude
@@ -261,6 +270,25 @@ _SHAPES_V2_COUNTS = {
 }
 
 
+# shapes-v3: the kinds users bring, weighted toward what the earlier suites lack: awkward
+# extents throughout, strided and dilated convolutions, attention batch matmuls, softmax and
+# layer-norm parts at token counts, and element-wise chains
+_SHAPES_V3_COUNTS = {
+    "matmul": 200,
+    "batch_matmul": 150,
+    "conv2d": 330,
+    "conv_bias_relu": 150,
+    "depthwise": 100,
+    "pool": 80,
+    "elementwise": 70,
+    "elementwise_chain": 90,
+    "softmax": 80,
+    "layernorm": 80,
+    "matmul_bias_relu": 80,
+    "contraction": 30,
+}
+
+
 # ----------------------------------------------------------------------------- suites
 @functools.cache
 def _dl_v0() -> tuple[SuiteEntry, ...]:
@@ -274,7 +302,7 @@ def _dl_v0() -> tuple[SuiteEntry, ...]:
     add_transformer(b, "gpt2", hidden=1024, heads=16, ffn=4096, seqs=[64, 128])
     add_decode(b, "gpt2", hidden=1024, heads=16, ffn=4096, ctx=[256, 1024])
     add_lqcd(b)
-    _add_sampled(b, seed=20261130)
+    _add_sampled(b, seed=20261130, draw=_within(DL_V0_RANGES))
     return tuple(b.entries.values())
 
 
@@ -284,7 +312,9 @@ def _shapes_v0() -> tuple[SuiteEntry, ...]:
     distinct programs for the surrogate to learn from, split like dl-v0 by name hash."""
     b = _Builder("shapes-v0")
     dl_v0 = frozenset(e.name for e in _dl_v0())
-    _add_sampled(b, seed=20261201, counts=_SHAPES_V0_COUNTS, ranges=WIDE_RANGES, exclude=dl_v0)
+    _add_sampled(
+        b, seed=20261201, counts=_SHAPES_V0_COUNTS, draw=_within(WIDE_RANGES), exclude=dl_v0
+    )
     return tuple(b.entries.values())
 
 
@@ -294,7 +324,9 @@ def _shapes_v1() -> tuple[SuiteEntry, ...]:
     the surrogate's held-out accuracy still grows with each doubling of training programs."""
     b = _Builder("shapes-v1")
     taken = frozenset(e.name for e in (*_dl_v0(), *_shapes_v0()))
-    _add_sampled(b, seed=20261202, counts=_SHAPES_V1_COUNTS, ranges=NETWORK_RANGES, exclude=taken)
+    _add_sampled(
+        b, seed=20261202, counts=_SHAPES_V1_COUNTS, draw=_within(NETWORK_RANGES), exclude=taken
+    )
     return tuple(b.entries.values())
 
 
@@ -304,7 +336,9 @@ def _shapes_v2() -> tuple[SuiteEntry, ...]:
     suites' programs: more distinct programs, for collection with fewer schedules each."""
     b = _Builder("shapes-v2")
     taken = frozenset(e.name for e in (*_dl_v0(), *_shapes_v0(), *_shapes_v1()))
-    _add_sampled(b, seed=20261203, counts=_SHAPES_V2_COUNTS, ranges=CNN_STAGE_RANGES, exclude=taken)
+    _add_sampled(
+        b, seed=20261203, counts=_SHAPES_V2_COUNTS, draw=_within(CNN_STAGE_RANGES), exclude=taken
+    )
     return tuple(b.entries.values())
 
 
@@ -370,6 +404,18 @@ def _models_v0() -> tuple[SuiteEntry, ...]:
     )
 
 
+@functools.cache
+def _shapes_v3() -> tuple[SuiteEntry, ...]:
+    """Sampled awkward-extent, strided and dilated, attention-sized and layer-norm programs
+    (`sample_shapes_v3`), none of another suite's programs (awkward-v0's and models-v0's
+    included)."""
+    b = _Builder("shapes-v3")
+    earlier = (_dl_v0, _shapes_v0, _shapes_v1, _shapes_v2, _awkward_v0, _models_v0)
+    taken = frozenset(e.name for build in earlier for e in build())
+    _add_sampled(b, seed=20261207, counts=_SHAPES_V3_COUNTS, draw=sample_shapes_v3, exclude=taken)
+    return tuple(b.entries.values())
+
+
 _SUITES: dict[str, Callable[[], tuple[SuiteEntry, ...]]] = {
     "dl-v0": _dl_v0,
     "shapes-v0": _shapes_v0,
@@ -377,6 +423,7 @@ _SUITES: dict[str, Callable[[], tuple[SuiteEntry, ...]]] = {
     "shapes-v2": _shapes_v2,
     "awkward-v0": _awkward_v0,
     "models-v0": _models_v0,
+    "shapes-v3": _shapes_v3,
 }
 
 
