@@ -10,6 +10,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from mlirrl_jax.programs.mlir_text import (
+    NEG_INF_CONSTANT,
+    ZERO,
+    empty,
+    filled,
+    func,
+    generic,
+    ids,
+    named,
+    window_attrs,
+)
+from mlirrl_jax.programs.sizes import flops, footprint_bytes, operand_shapes
+
 # the spec types it renders, re-exported: callers import specs and rendering from here
 from mlirrl_jax.programs.specs import (
     CHAIN_BINARY_OPS,
@@ -34,127 +47,44 @@ from mlirrl_jax.programs.specs import (
     SoftmaxSpec,
     Spec,
     conv_out,
-    flops,
-    footprint_bytes,
-    operand_shapes,
 )
-
-
-# ----------------------------------------------------------------------------- text helpers
-def _ty(shape: Sequence[int]) -> str:
-    return f"tensor<{'x'.join(map(str, shape))}xf32>"
-
-
-def _func(
-    name: str, args: Sequence[tuple[str, Shape]], body: Sequence[str], res: str, res_shape: Shape
-) -> str:
-    sig = ", ".join(f"%{a}: {_ty(s)}" for a, s in args)
-    lines = [f"func.func @{name}({sig}) -> {_ty(res_shape)} {{"]
-    lines += [f"  {line}" for line in body]
-    lines += [f"  return %{res} : {_ty(res_shape)}", "}", ""]
-    return "\n".join(lines)
-
-
-def _empty(res: str, shape: Shape) -> str:
-    return f"%{res} = tensor.empty() : {_ty(shape)}"
-
-
-def _filled(res: str, value: str, shape: Shape) -> list[str]:
-    """A tensor.empty filled with the f32 scalar `%value`."""
-    return [
-        _empty(f"{res}_e", shape),
-        f"%{res} = linalg.fill ins(%{value} : f32) outs(%{res}_e : {_ty(shape)}) -> {_ty(shape)}",
-    ]
-
-
-def _named(
-    res: str, op: str, ins: Sequence[tuple[str, Shape]], out: tuple[str, Shape], attrs: str = ""
-) -> str:
-    names = ", ".join(f"%{n}" for n, _ in ins)
-    types = ", ".join(_ty(s) for _, s in ins)
-    attr = f" {{{attrs}}}" if attrs else ""
-    return (
-        f"%{res} = {op}{attr} ins({names} : {types}) "
-        f"outs(%{out[0]} : {_ty(out[1])}) -> {_ty(out[1])}"
-    )
-
-
-def _window_attrs(stride: int, dilation: int) -> str:
-    return (
-        f"dilations = dense<{dilation}> : tensor<2xi64>, strides = dense<{stride}> : tensor<2xi64>"
-    )
-
-
-def _generic(
-    res: str,
-    dims: Sequence[str],
-    iters: Sequence[str],
-    ins: Sequence[tuple[str, Shape, str]],
-    out: tuple[str, Shape, str],
-    body: Sequence[str],
-    result: str,
-) -> list[str]:
-    """A linalg.generic; each operand is (value, shape, comma-separated index expressions)."""
-    d = ", ".join(dims)
-    maps = ", ".join(f"affine_map<({d}) -> ({e})>" for _, _, e in [*ins, out])
-    it = ", ".join(f'"{i}"' for i in iters)
-    names = ", ".join(f"%{n}" for n, _, _ in ins)
-    types = ", ".join(_ty(s) for _, s, _ in ins)
-    bb = ", ".join([f"%in{i}: f32" for i in range(len(ins))] + ["%acc: f32"])
-    return [
-        f"%{res} = linalg.generic {{indexing_maps = [{maps}], iterator_types = [{it}]}}",
-        f"    ins({names} : {types}) outs(%{out[0]} : {_ty(out[1])}) {{",
-        f"  ^bb0({bb}):",
-        *(f"    {line}" for line in body),
-        f"    linalg.yield %{result} : f32",
-        f"  }} -> {_ty(out[1])}",
-    ]
-
-
-def _ids(rank: int) -> tuple[list[str], str]:
-    dims = [f"d{i}" for i in range(rank)]
-    return dims, ", ".join(dims)
-
-
-_ZERO = "%zero = arith.constant 0.0 : f32"
-_NEG_INF = f"%ninf = arith.constant {NEG_INF} : f32"
 
 
 # ----------------------------------------------------------------------------- renderers
 def render_matmul(spec: MatmulSpec) -> str:
     """`linalg.matmul` into a zero-filled accumulator."""
     (a, b), c = operand_shapes(spec)
-    body = [_ZERO, *_filled("init", "zero", c)]
-    body.append(_named("r", "linalg.matmul", [("A", a), ("B", b)], ("init", c)))
-    return _func(spec.name, [("A", a), ("B", b)], body, "r", c)
+    body = [ZERO, *filled("init", "zero", c)]
+    body.append(named("r", "linalg.matmul", [("A", a), ("B", b)], ("init", c)))
+    return func(spec.name, [("A", a), ("B", b)], body, "r", c)
 
 
 def render_batch_matmul(spec: BatchMatmulSpec) -> str:
     """`linalg.batch_matmul` into a zero-filled accumulator."""
     (a, b), c = operand_shapes(spec)
-    body = [_ZERO, *_filled("init", "zero", c)]
-    body.append(_named("r", "linalg.batch_matmul", [("A", a), ("B", b)], ("init", c)))
-    return _func(spec.name, [("A", a), ("B", b)], body, "r", c)
+    body = [ZERO, *filled("init", "zero", c)]
+    body.append(named("r", "linalg.batch_matmul", [("A", a), ("B", b)], ("init", c)))
+    return func(spec.name, [("A", a), ("B", b)], body, "r", c)
 
 
 def render_conv2d(spec: Conv2dSpec) -> str:
     """`linalg.conv_2d_nhwc_hwcf` or `linalg.conv_2d_nchw_fchw` into a zero-filled output."""
     (i, w), o = operand_shapes(spec)
     op = "linalg.conv_2d_nhwc_hwcf" if spec.layout == "nhwc" else "linalg.conv_2d_nchw_fchw"
-    body = [_ZERO, *_filled("init", "zero", o)]
-    attrs = _window_attrs(spec.stride, spec.dilation)
-    body.append(_named("r", op, [("I", i), ("W", w)], ("init", o), attrs))
-    return _func(spec.name, [("I", i), ("W", w)], body, "r", o)
+    body = [ZERO, *filled("init", "zero", o)]
+    attrs = window_attrs(spec.stride, spec.dilation)
+    body.append(named("r", op, [("I", i), ("W", w)], ("init", o), attrs))
+    return func(spec.name, [("I", i), ("W", w)], body, "r", o)
 
 
 def render_depthwise(spec: DepthwiseSpec) -> str:
     """`linalg.depthwise_conv_2d_nhwc_hwc` into a zero-filled output."""
     (i, w), o = operand_shapes(spec)
-    body = [_ZERO, *_filled("init", "zero", o)]
-    attrs = _window_attrs(spec.stride, spec.dilation)
+    body = [ZERO, *filled("init", "zero", o)]
+    attrs = window_attrs(spec.stride, spec.dilation)
     op = "linalg.depthwise_conv_2d_nhwc_hwc"
-    body.append(_named("r", op, [("I", i), ("W", w)], ("init", o), attrs))
-    return _func(spec.name, [("I", i), ("W", w)], body, "r", o)
+    body.append(named("r", op, [("I", i), ("W", w)], ("init", o), attrs))
+    return func(spec.name, [("I", i), ("W", w)], body, "r", o)
 
 
 def render_pool(spec: PoolSpec) -> str:
@@ -163,27 +93,25 @@ def render_pool(spec: PoolSpec) -> str:
     (i,), o = operand_shapes(spec)
     layout = spec.layout
     win = (spec.k, spec.k)
-    attrs = _window_attrs(spec.stride, spec.dilation)
+    attrs = window_attrs(spec.stride, spec.dilation)
     # the window operand only carries the window shape: its values are never read
-    body = [_empty("win", win)]
+    body = [empty("win", win)]
     if spec.op == "max":
-        body += [_NEG_INF, *_filled("init", "ninf", o)]
+        body += [NEG_INF_CONSTANT, *filled("init", "ninf", o)]
         body.append(
-            _named(
-                "r", f"linalg.pooling_{layout}_max", [("I", i), ("win", win)], ("init", o), attrs
-            )
+            named("r", f"linalg.pooling_{layout}_max", [("I", i), ("win", win)], ("init", o), attrs)
         )
-        return _func(spec.name, [("I", i)], body, "r", o)
-    body += [_ZERO, *_filled("init", "zero", o)]
+        return func(spec.name, [("I", i)], body, "r", o)
+    body += [ZERO, *filled("init", "zero", o)]
     res = "r" if spec.op == "sum" else "s"
     body.append(
-        _named(res, f"linalg.pooling_{layout}_sum", [("I", i), ("win", win)], ("init", o), attrs)
+        named(res, f"linalg.pooling_{layout}_sum", [("I", i), ("win", win)], ("init", o), attrs)
     )
     if spec.op == "avg":
-        dims, ident = _ids(4)
+        dims, ident = ids(4)
         body.append(f"%count = arith.constant {float(spec.k * spec.k)!r} : f32")
-        body.append(_empty("avg_e", o))
-        body += _generic(
+        body.append(empty("avg_e", o))
+        body += generic(
             "r",
             dims,
             ["parallel"] * 4,
@@ -192,7 +120,7 @@ def render_pool(spec: PoolSpec) -> str:
             ["%q = arith.divf %in0, %count : f32"],
             "q",
         )
-    return _func(spec.name, [("I", i)], body, "r", o)
+    return func(spec.name, [("I", i)], body, "r", o)
 
 
 _GELU_BODY = [
@@ -226,13 +154,13 @@ def render_elementwise(spec: ElementwiseSpec) -> str:
     """An all-parallel `linalg.generic` writing into a fresh tensor."""
     args, o = operand_shapes(spec)
     names = ["A", "B"] if spec.op == "add" else ["X"]
-    dims, ident = _ids(len(o))
-    body = [_ZERO] if spec.op == "relu" else []
-    body.append(_empty("out", o))
+    dims, ident = ids(len(o))
+    body = [ZERO] if spec.op == "relu" else []
+    body.append(empty("out", o))
     op_body = _ELEMENTWISE_BODIES[spec.op]
     ins = [(n, s, ident) for n, s in zip(names, args, strict=True)]
-    body += _generic("r", dims, ["parallel"] * len(o), ins, ("out", o, ident), op_body, "y")
-    return _func(spec.name, list(zip(names, args, strict=True)), body, "r", o)
+    body += generic("r", dims, ["parallel"] * len(o), ins, ("out", o, ident), op_body, "y")
+    return func(spec.name, list(zip(names, args, strict=True)), body, "r", o)
 
 
 def render_elementwise_chain(spec: ElementwiseChainSpec) -> str:
@@ -240,19 +168,19 @@ def render_elementwise_chain(spec: ElementwiseChainSpec) -> str:
     before; add and mul also read the next of the inputs B1, B2."""
     args, o = operand_shapes(spec)
     names = ["X", *(f"B{i}" for i in range(1, len(args)))]
-    dims, ident = _ids(len(o))
-    body = [_ZERO] if "relu" in spec.ops else []
+    dims, ident = ids(len(o))
+    body = [ZERO] if "relu" in spec.ops else []
     previous, second_inputs = "X", iter(names[1:])
     for i, op in enumerate(spec.ops):
         ins = [(previous, o, ident)]
         if op in CHAIN_BINARY_OPS:
             ins.append((next(second_inputs), o, ident))
         step = f"step{i}"
-        body.append(_empty(f"{step}_e", o))
+        body.append(empty(f"{step}_e", o))
         out = (f"{step}_e", o, ident)
-        body += _generic(step, dims, ["parallel"] * len(o), ins, out, _ELEMENTWISE_BODIES[op], "y")
+        body += generic(step, dims, ["parallel"] * len(o), ins, out, _ELEMENTWISE_BODIES[op], "y")
         previous = step
-    return _func(spec.name, list(zip(names, args, strict=True)), body, previous, o)
+    return func(spec.name, list(zip(names, args, strict=True)), body, previous, o)
 
 
 _ROW, _ALL = "d0", "d0, d1"
@@ -263,8 +191,8 @@ _PAR2, _RED2 = ["parallel", "parallel"], ["parallel", "reduction"]
 # columns), each with its own body: written out, as the MLIR they render.
 def _softmax_max(x: str, rc: Shape) -> list[str]:
     return [
-        *_filled("mx0", "ninf", rc[:1]),
-        *_generic(
+        *filled("mx0", "ninf", rc[:1]),
+        *generic(
             "mx",
             ["d0", "d1"],
             _RED2,
@@ -278,8 +206,8 @@ def _softmax_max(x: str, rc: Shape) -> list[str]:
 
 def _softmax_exp(x: str, mx: str, rc: Shape) -> list[str]:
     return [
-        _empty("ex_e", rc),
-        *_generic(
+        empty("ex_e", rc),
+        *generic(
             "ex",
             ["d0", "d1"],
             _PAR2,
@@ -293,8 +221,8 @@ def _softmax_exp(x: str, mx: str, rc: Shape) -> list[str]:
 
 def _softmax_sum(ex: str, rc: Shape) -> list[str]:
     return [
-        *_filled("sm0", "zero", rc[:1]),
-        *_generic(
+        *filled("sm0", "zero", rc[:1]),
+        *generic(
             "sm",
             ["d0", "d1"],
             _RED2,
@@ -308,8 +236,8 @@ def _softmax_sum(ex: str, rc: Shape) -> list[str]:
 
 def _softmax_div(ex: str, sm: str, rc: Shape) -> list[str]:
     return [
-        _empty("dv_e", rc),
-        *_generic(
+        empty("dv_e", rc),
+        *generic(
             "dv",
             ["d0", "d1"],
             _PAR2,
@@ -327,18 +255,18 @@ def render_softmax(spec: SoftmaxSpec) -> str:
     rc = (spec.rows, spec.cols)
     part = spec.part
     if part == "max":
-        body, res, names = [_NEG_INF, *_softmax_max("X", rc)], "mx", ["X"]
+        body, res, names = [NEG_INF_CONSTANT, *_softmax_max("X", rc)], "mx", ["X"]
     elif part == "exp":
         body, res, names = _softmax_exp("X", "M", rc), "ex", ["X", "M"]
     elif part == "sum":
-        body, res, names = [_ZERO, *_softmax_sum("E", rc)], "sm", ["E"]
+        body, res, names = [ZERO, *_softmax_sum("E", rc)], "sm", ["E"]
     elif part == "div":
         body, res, names = _softmax_div("E", "S", rc), "dv", ["E", "S"]
     else:
-        body = [_NEG_INF, _ZERO, *_softmax_max("X", rc), *_softmax_exp("X", "mx", rc)]
+        body = [NEG_INF_CONSTANT, ZERO, *_softmax_max("X", rc), *_softmax_exp("X", "mx", rc)]
         body += [*_softmax_sum("ex", rc), *_softmax_div("ex", "sm", rc)]
         res, names = "dv", ["X"]
-    return _func(spec.name, list(zip(names, args, strict=True)), body, res, o)
+    return func(spec.name, list(zip(names, args, strict=True)), body, res, o)
 
 
 def _row_mean(
@@ -348,12 +276,12 @@ def _row_mean(
     `ins`: a sum into a zero-filled row vector, then a divide by the function's %cols."""
     rows = rc[:1]
     return [
-        *_filled(f"{res}_sum0", "zero", rows),
-        *_generic(
+        *filled(f"{res}_sum0", "zero", rows),
+        *generic(
             f"{res}_sum", ["d0", "d1"], _RED2, ins, (f"{res}_sum0", rows, _ROW), body, "acc_next"
         ),
-        _empty(f"{res}_e", rows),
-        *_generic(
+        empty(f"{res}_e", rows),
+        *generic(
             res,
             ["d0"],
             ["parallel"],
@@ -384,8 +312,8 @@ def _layernorm_var(x: str, mean: str, rc: Shape) -> list[str]:
 
 def _layernorm_norm(x: str, mean: str, var: str, rc: Shape) -> list[str]:
     return [
-        _empty("norm_e", rc),
-        *_generic(
+        empty("norm_e", rc),
+        *generic(
             "norm",
             ["d0", "d1"],
             _PAR2,
@@ -412,24 +340,24 @@ def render_layernorm(spec: LayerNormSpec) -> str:
     eps = f"%eps = arith.constant {LAYERNORM_EPS} : f32"
     part = spec.part
     if part == "mean":
-        body, res, names = [_ZERO, cols, *_layernorm_mean("X", rc)], "mean", ["X"]
+        body, res, names = [ZERO, cols, *_layernorm_mean("X", rc)], "mean", ["X"]
     elif part == "var":
-        body, res, names = [_ZERO, cols, *_layernorm_var("X", "M", rc)], "var", ["X", "M"]
+        body, res, names = [ZERO, cols, *_layernorm_var("X", "M", rc)], "var", ["X", "M"]
     elif part == "norm":
         body, res, names = [eps, *_layernorm_norm("X", "M", "V", rc)], "norm", ["X", "M", "V"]
     else:
-        body = [_ZERO, cols, eps, *_layernorm_mean("X", rc), *_layernorm_var("X", "mean", rc)]
+        body = [ZERO, cols, eps, *_layernorm_mean("X", rc), *_layernorm_var("X", "mean", rc)]
         body += _layernorm_norm("X", "mean", "var", rc)
         res, names = "norm", ["X"]
-    return _func(spec.name, list(zip(names, args, strict=True)), body, res, o)
+    return func(spec.name, list(zip(names, args, strict=True)), body, res, o)
 
 
 def _bias_relu(res: str, x: str, bias: str, o: Shape) -> list[str]:
     """relu(x + bias) with the bias broadcast along the last dimension."""
-    dims, ident = _ids(len(o))
+    dims, ident = ids(len(o))
     return [
-        _empty(f"{res}_e", o),
-        *_generic(
+        empty(f"{res}_e", o),
+        *generic(
             res,
             dims,
             ["parallel"] * len(o),
@@ -444,20 +372,20 @@ def _bias_relu(res: str, x: str, bias: str, o: Shape) -> list[str]:
 def render_matmul_bias_relu(spec: MatmulBiasReluSpec) -> str:
     """`linalg.matmul`, then a generic adding a row-broadcast bias and applying relu."""
     (a, b, bias), c = operand_shapes(spec)
-    body = [_ZERO, *_filled("init", "zero", c)]
-    body.append(_named("mm", "linalg.matmul", [("A", a), ("B", b)], ("init", c)))
+    body = [ZERO, *filled("init", "zero", c)]
+    body.append(named("mm", "linalg.matmul", [("A", a), ("B", b)], ("init", c)))
     body += _bias_relu("r", "mm", "bias", c)
-    return _func(spec.name, [("A", a), ("B", b), ("bias", bias)], body, "r", c)
+    return func(spec.name, [("A", a), ("B", b), ("bias", bias)], body, "r", c)
 
 
 def render_conv_bias_relu(spec: ConvBiasReluSpec) -> str:
     """`linalg.conv_2d_nhwc_hwcf`, then a generic adding a per-channel bias and applying relu."""
     (i, w, bias), o = operand_shapes(spec)
-    body = [_ZERO, *_filled("init", "zero", o)]
-    attrs = _window_attrs(spec.stride, spec.dilation)
-    body.append(_named("cv", "linalg.conv_2d_nhwc_hwcf", [("I", i), ("W", w)], ("init", o), attrs))
+    body = [ZERO, *filled("init", "zero", o)]
+    attrs = window_attrs(spec.stride, spec.dilation)
+    body.append(named("cv", "linalg.conv_2d_nhwc_hwcf", [("I", i), ("W", w)], ("init", o), attrs))
     body += _bias_relu("r", "cv", "bias", o)
-    return _func(spec.name, [("I", i), ("W", w), ("bias", bias)], body, "r", o)
+    return func(spec.name, [("I", i), ("W", w), ("bias", bias)], body, "r", o)
 
 
 def render_contraction(spec: ContractionSpec) -> str:
@@ -466,8 +394,8 @@ def render_contraction(spec: ContractionSpec) -> str:
     (lhs, rhs), o = operand_shapes(spec)
     loops = spec.loops
     iters = ["parallel" if i in pat.out else "reduction" for i in loops]
-    body = [_ZERO, *_filled("init", "zero", o)]
-    body += _generic(
+    body = [ZERO, *filled("init", "zero", o)]
+    body += generic(
         "r",
         loops,
         iters,
@@ -476,7 +404,7 @@ def render_contraction(spec: ContractionSpec) -> str:
         ["%p = arith.mulf %in0, %in1 : f32", "%y = arith.addf %acc, %p : f32"],
         "y",
     )
-    return _func(spec.name, [("U", lhs), ("V", rhs)], body, "r", o)
+    return func(spec.name, [("U", lhs), ("V", rhs)], body, "r", o)
 
 
 _RENDERERS = {
