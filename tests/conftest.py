@@ -6,6 +6,11 @@ from unittest import mock
 
 import pytest
 
+# XLA compiles the suite's computations without its slow optimizations: each test runs them
+# a few times, so compiling is most of their cost (about 30% less suite time per test that
+# trains or predicts); the subprocesses the tests start inherit it. Nothing the suite checks
+# depends on how fast a computation runs.
+os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
 # reference outputs the tests compute go to a folder of this session, not the user's cache
 os.environ.setdefault("MLIRRL_REFERENCE_CACHE", tempfile.mkdtemp(prefix="mlirrl-test-reference-"))
 # and stores and adapted agents the commands write by default, to one of its own
@@ -119,12 +124,23 @@ def runner():
 
 @pytest.fixture(scope="session", autouse=True)
 def compilation_cache(tmp_path_factory):
-    """One XLA compilation cache for the session and the processes its tests start: a
-    computation compiled once (the training iteration, say) is loaded, not compiled, again."""
+    """One XLA compilation cache for the session, both of its workers and the processes its
+    tests start: a computation compiled once (the training iteration, the shipped
+    surrogate's prediction over the kernels' table) is loaded, not compiled, again."""
+    import jax
+
     from mlirrl_jax.host_devices import use_compilation_cache
 
-    folder = use_compilation_cache(tmp_path_factory.mktemp("xla-cache"))
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # the workers' folders share their parent
+        shared = tmp_path_factory.getbasetemp().parent / "xla-cache"
+        shared.mkdir(exist_ok=True)
+    else:
+        shared = tmp_path_factory.mktemp("xla-cache")
+    folder = use_compilation_cache(shared)
+    # compiled without XLA's slow optimizations, most computations take under a second
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.3)
     os.environ["JAX_COMPILATION_CACHE_DIR"] = folder
+    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.3"
     yield folder
 
 

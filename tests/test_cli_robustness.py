@@ -18,6 +18,7 @@ from mlirrl_jax.cli.measure import schedule_to_measure
 from mlirrl_jax.env.replay import HostState, replay, state_of_schedule
 from mlirrl_jax.env.state import EncodingError
 from mlirrl_jax.env.table import encode_programs
+from mlirrl_jax.errors import ConfigError
 from mlirrl_jax.heuristics import heuristic_schedule
 from mlirrl_jax.interrupt import check_stop, stop_on_ctrl_c
 from mlirrl_jax.programs import generate, suites
@@ -110,6 +111,21 @@ def test_the_ray_backend_without_ray_fails_before_creating_the_store(tmp_path, m
     err = error_of(capsys)
     assert "pip install" in err and "ray" in err
     assert not store.exists() and not store.parent.exists()
+
+
+def test_a_ray_address_without_the_ray_backend_is_refused_before_the_store(tmp_path, capsys):
+    store = tmp_path / "new" / "m.db"
+    command = ["collect", "--store", str(store), "--rows", "1", "--max-programs", "1"]
+    assert main([*command, "--address", "ray://head:10001"]) == 2
+    assert error_of(capsys) == (
+        "error: --address needs --backend ray: pass --backend ray too, or drop --address"
+    )
+    assert not store.parent.exists()  # nothing created, nothing measured
+    from mlirrl_jax.collect import CollectConfig, CollectionJob
+
+    with pytest.raises(ConfigError, match="only the 'ray' backend uses"):
+        CollectionJob(CollectConfig(store=store, budget=1, address="ray://head:10001"))
+    assert not store.parent.exists()
 
 
 def test_a_bad_or_empty_schedule_mix_is_refused_by_name_before_the_store(tmp_path, capsys):

@@ -53,6 +53,14 @@ def rows(store):
         }
 
 
+def stored(store):
+    """How many rows the store holds; 0 before the job has created its tables."""
+    try:
+        return len(rows(store)) if store.exists() else 0
+    except sqlite3.OperationalError:  # the file is there, its tables not yet
+        return 0
+
+
 def duplicates(store):
     with sqlite3.connect(store) as db:
         return db.execute(
@@ -73,7 +81,7 @@ def test_kill_9_mid_run_then_rerun_loses_and_duplicates_nothing(tmp_path):
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
         time.sleep(0.5)
-        if store.exists() and len(rows(store)) >= 12:
+        if stored(store) >= 12:
             break
     os.killpg(job.pid, signal.SIGKILL)  # the job and its measurement workers, mid-flight
     job.wait()

@@ -10,7 +10,7 @@ import pytest
 
 from mlirrl_jax.measure.gate import TimingGate
 from mlirrl_jax.measure.runner import Runner
-from mlirrl_jax.measure.timing import TimingMethod, time_calls
+from mlirrl_jax.measure.timing import TimingMethod, converged, time_calls
 
 pytestmark = pytest.mark.measures
 
@@ -90,8 +90,18 @@ def test_a_paused_worker_is_not_timed_out_for_the_pause_and_waits_its_turn(matmu
 
 def test_adaptive_repeats_stop_early_only_on_a_steady_long_call():
     adaptive = TimingMethod(min_repeats=5, min_time_s=0.1, converged_spread=0.02)
-    steady = time_calls(lambda: time.sleep(0.06), adaptive)
-    assert steady.repeats == 2 and steady.spread <= 0.02  # the full method makes 5 calls
+    # the rule, on given calls: two long calls that agree stop it, calls that differ do not,
+    # and short calls go on to fill min_time_s
+    assert converged([0.060, 0.0601], 0.1201, adaptive)
+    assert not converged([0.060, 0.066], 0.126, adaptive)
+    assert not converged([0.020, 0.0201], 0.0401, adaptive)
+    assert not converged([0.060], 0.06, adaptive)
+    assert not converged([0.06, 0.0601], 0.1201, TimingMethod(min_repeats=5, min_time_s=0.1))
+    # and on real calls: a sleep's length varies by a millisecond or so on a loaded machine,
+    # so the real steady call is judged at a 20% spread
+    loose = TimingMethod(min_repeats=5, min_time_s=0.1, converged_spread=0.2)
+    steady = time_calls(lambda: time.sleep(0.06), loose)
+    assert steady.repeats == 2 and steady.spread <= 0.2  # the full method makes 5 calls
     delays = iter([0.06, 0.12] * 10)
     noisy = time_calls(lambda: time.sleep(next(delays)), adaptive)
     assert noisy.repeats == 5  # its calls never agreed: the full rule

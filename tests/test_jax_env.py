@@ -1,6 +1,8 @@
 """The jitted environment: traced once, batched steps under scan, masks, rewards, truncation,
 and replay equality."""
 
+import functools
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -48,11 +50,21 @@ def one(tree):
     return jax.tree.map(lambda a: a[0], tree)
 
 
+@functools.cache
+def compiled_reset(env):
+    """`env.reset_to`, compiled once per environment (dispatching it op by op is slow)."""
+    return jax.jit(env.reset_to)
+
+
+# a random legal action of one environment's mask, compiled once
+random_action = jax.jit(sample_action)
+
+
 def start(env, table, program_index, key, params=None):
     """A batch of one episode on `program_index` (the reward's parameters prepared)."""
     params = params if params is not None else env.reward.prepare(None, table)
     programs = jnp.array([program_index], jnp.int32)
-    state, timestep = env.reset_to(params, table, programs, key[None])
+    state, timestep = compiled_reset(env)(params, table, programs, key[None])
     return params, state, timestep
 
 
@@ -61,7 +73,7 @@ def run_episode(env, table, program_index, key, steps_fn):
     states, actions = [one(state)], []
     while not bool(state.done[0]):
         key, sub = jax.random.split(key)
-        action = sample_action(sub, one(timestep.observation.mask))
+        action = random_action(sub, one(timestep.observation.mask))
         state, timestep = steps_fn(params, state, action[None])
         assert not bool(timestep.invalid_action[0])
         states.append(one(state))

@@ -89,7 +89,8 @@ class CollectConfig:
     address: str | None = None  # Ray cluster address (backend "ray")
     timeout_s: float = 60.0
     mem_limit_mb: int = DEFAULT_MEM_LIMIT_MB
-    # adaptive repeats: a steady kernel is timed in 10 to 20 calls, a noisy one for 0.1 s
+    # adaptive repeats: a long kernel whose calls agree stops after 2 of them (its first run
+    # one of them), the others are timed as before (5 calls and 0.1 s at least)
     method: TimingMethod = ADAPTIVE
     max_programs: int | None = None  # only the first N programs of the split (tests, demos)
     max_mflops: float | None = None  # only programs of at most this many MFLOP

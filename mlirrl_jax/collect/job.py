@@ -102,6 +102,11 @@ class CollectionJob:
             raise ConfigError(f"unknown faults {sorted(unknown)}; known: {FAULTS}")
         if config.backend not in BACKENDS:
             raise BackendError(f"unknown backend {config.backend!r}; known: {BACKENDS}")
+        if config.address and config.backend != "ray":
+            raise ConfigError(
+                f"address {config.address!r} names a Ray cluster, which only the 'ray' backend "
+                f"uses; this job's backend is {config.backend!r}"
+            )
         if config.backend == "ray":
             import_ray()  # before the store exists: a job that cannot run creates nothing
         check_measure_cpus(config.measure_cpus, config.threads)

@@ -63,6 +63,17 @@ def _spread(samples: list[float]) -> tuple[float, float]:
     return median, (q3 - q1) / median if median else 0.0
 
 
+def converged(samples: list[float], total: float, method: TimingMethod) -> bool:
+    """Whether `samples` (seconds, `total` of them in all) may stop before `min_repeats`:
+    enough of them, long enough, and in agreement (`TimingMethod.converged_spread`)."""
+    return (
+        method.converged_spread > 0
+        and method.converged_repeats <= len(samples) < method.min_repeats
+        and total >= method.min_time_s
+        and _spread(samples)[1] <= method.converged_spread
+    )
+
+
 def time_calls(call, method: TimingMethod, first_call_s: float | None = None) -> TimingStats:
     """Call `call()` until `min_repeats` calls and `min_time_s` seconds have passed, or until
     `converged_repeats` calls that took `min_time_s` agree (`TimingMethod.converged_spread`).
@@ -81,12 +92,7 @@ def time_calls(call, method: TimingMethod, first_call_s: float | None = None) ->
         elapsed = (time.perf_counter_ns() - start) * 1e-9
         samples.append(elapsed)
         total += elapsed
-        if (
-            method.converged_spread > 0
-            and method.converged_repeats <= len(samples) < method.min_repeats
-            and total >= method.min_time_s
-            and _spread(samples)[1] <= method.converged_spread
-        ):
+        if converged(samples, total, method):
             break
     median, spread = _spread(samples)
     return TimingStats(median, min(samples), spread, len(samples))
