@@ -124,23 +124,12 @@ def runner():
 
 @pytest.fixture(scope="session", autouse=True)
 def compilation_cache(tmp_path_factory):
-    """One XLA compilation cache for the session, both of its workers and the processes its
-    tests start: a computation compiled once (the training iteration, the shipped
-    surrogate's prediction over the kernels' table) is loaded, not compiled, again."""
-    import jax
-
+    """One XLA compilation cache for the session and the processes its tests start: a
+    computation compiled once (the training iteration, say) is loaded, not compiled, again."""
     from mlirrl_jax.host_devices import use_compilation_cache
 
-    if os.environ.get("PYTEST_XDIST_WORKER"):  # the workers' folders share their parent
-        shared = tmp_path_factory.getbasetemp().parent / "xla-cache"
-        shared.mkdir(exist_ok=True)
-    else:
-        shared = tmp_path_factory.mktemp("xla-cache")
-    folder = use_compilation_cache(shared)
-    # compiled without XLA's slow optimizations, most computations take under a second
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.3)
+    folder = use_compilation_cache(tmp_path_factory.mktemp("xla-cache"))
     os.environ["JAX_COMPILATION_CACHE_DIR"] = folder
-    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.3"
     yield folder
 
 

@@ -118,7 +118,8 @@ def test_a_ray_address_without_the_ray_backend_is_refused_before_the_store(tmp_p
     command = ["collect", "--store", str(store), "--rows", "1", "--max-programs", "1"]
     assert main([*command, "--address", "ray://head:10001"]) == 2
     assert error_of(capsys) == (
-        "error: --address needs --backend ray: pass --backend ray too, or drop --address"
+        "error: address 'ray://head:10001' names a Ray cluster, which only the 'ray' backend "
+        "uses; this job's backend is 'local'"
     )
     assert not store.parent.exists()  # nothing created, nothing measured
     from mlirrl_jax.collect import CollectConfig, CollectionJob

@@ -15,7 +15,6 @@ from mlirrl_jax.cli.options import (
     cpu_list,
     given,
     module_constant,
-    refuse_without,
     worker_settings,
 )
 from mlirrl_jax.errors import ConfigError
@@ -105,7 +104,6 @@ def run(args) -> int:
         )
     if args.rows is None and args.hours is None:
         raise ConfigError("collect needs a limit: --rows N or --hours H")
-    refuse_without(args, "--address", "--backend ray", args.backend == "ray")
     from mlirrl_jax.collect import CollectConfig, CollectionJob, parse_mix
     from mlirrl_jax.host_devices import use_compilation_cache
     from mlirrl_jax.measure.timing import ADAPTIVE, TimingMethod
