@@ -168,11 +168,20 @@ def score(model, data: Dataset) -> dict:
     return metrics
 
 
-def adapted(model, store: MeasurementStore, machine: str, threads: list[int], rows: int, seed):
+def adapted(
+    model,
+    store: MeasurementStore,
+    machine: str,
+    threads: list[int],
+    rows: int,
+    seed,
+    trainable: str = "all",
+):
     """`model` fine-tuned on `rows` verified rows of `machine`, drawn at random from the
     train-split programs of `store` (each with its baseline), at `threads`, the way
     re-grounding updates it (`RegroundConfig`'s default recipe: its epochs, and random states
-    labeled by the prior corrected by small trees fitted to the prior's errors on the rows)."""
+    labeled by the prior corrected by small trees fitted to the prior's errors on the rows);
+    `trainable="head"`: the output layers only."""
     from mlirrl_jax.regrounding import RegroundConfig, anchor_states
 
     recipe = RegroundConfig()
@@ -187,6 +196,7 @@ def adapted(model, store: MeasurementStore, machine: str, threads: list[int], ro
         anchor=anchor,
         note=f"{len(picked)} rows of {machine}",
         threads=threads[0],
+        trainable=trainable,
     )
 
 

@@ -125,6 +125,22 @@ def test_update_fine_tunes_from_current_weights(model, dataset):
     assert np.corrcoef(before, after)[0, 1] > 0.5  # continued, not restarted
 
 
+def test_a_head_update_changes_the_output_layers_only(model, dataset):
+    trained, _ = model
+    updated = trained.update(dataset, epochs=5, trainable="head")
+    assert updated.meta["lineage"][-1]["trainable"] == "head"
+    old, _ = jax.tree_util.tree_flatten_with_path(trained.params)
+    new, _ = jax.tree_util.tree_flatten_with_path(updated.params)
+    changed = {
+        jax.tree_util.keystr(path): not np.array_equal(np.asarray(a), np.asarray(b))
+        for (path, a), (_, b) in zip(old, new, strict=True)
+    }
+    head = {p: c for p, c in changed.items() if p.startswith(("['out']", "['out_hidden']"))}
+    assert head and all(head.values())
+    assert not any(c for p, c in changed.items() if p not in head), changed
+    assert not np.allclose(predict_dataset(trained, dataset), predict_dataset(updated, dataset))
+
+
 def test_predictions_run_over_the_tables_op_slots_only(model, dataset):
     trained, _ = model
     table = dataset.table
@@ -197,6 +213,12 @@ def test_metrics_on_known_values():
     assert m["pairwise_accuracy"] == pytest.approx(0.5)
     assert m["top1"] == pytest.approx((1.0 + 0.25) / 2)
     assert m["top5"] == 1.0
+    assert perfect["top1_hit"] == 1.0 and m["top1_hit"] == 0.5  # program 0 hit, 1 missed
+    # a pick within the noise gap (5% in log) of the best counts as a hit
+    tie = np.log(np.array([1.0, 0.26, 0.25, 2.0, 1.0, 4.0]))
+    picks_second = tie.copy()
+    picks_second[1] = np.log(0.1)  # predicted fastest: true 0.26, within 5% of the best 0.25
+    assert evaluate(picks_second, tie, program, baseline)["top1_hit"] == 1.0
     # a program with a lone schedule (only its baseline) has nothing to rank: left out of top-k
     lone = evaluate(
         np.append(flipped, 0.0),
@@ -560,3 +582,68 @@ def test_an_op_outside_every_parallel_loop_is_predicted_at_one_thread():
     surrogate = model.log_time_model
     pure = jax.jit(surrogate.log_time)(surrogate.prepare(model.params, two), two, states)
     assert np.allclose(np.asarray(pure), at_two, atol=1e-4)
+
+
+def test_tokens_hold_the_steps_a_schedule_took_as_the_env_reaches_them(dataset):
+    from mlirrl_jax.surrogate.tokens import STEP_NAMES, tokens, tokens_of_states
+
+    toks = tokens_of_states(dataset.table, dataset.states)
+    present = np.asarray(toks.present)
+    valid = np.asarray(toks.op_valid)
+    # an unscheduled program: only each op's own description and its loops
+    base = np.flatnonzero(dataset.is_baseline)
+    assert np.array_equal(present[base][:, :, :2], np.repeat(valid[base][..., None], 2, -1))
+    assert not present[base][:, :, 2:].any()
+    # a tiled op has a token for each level it took, with that level's log2 sizes
+    tile0 = STEP_NAMES.index("tile0")
+    tiled = np.asarray(dataset.states.tile_sizes)[:, :, 0].any(-1)  # (rows, ops)
+    assert tiled.any()
+    assert np.array_equal(present[:, :, tile0], tiled & valid)
+    row, op = np.argwhere(tiled & valid)[0]
+    sizes = np.asarray(dataset.states.tile_sizes)[row, op, 0]
+    loop = int(np.flatnonzero(sizes)[0])
+    assert toks.tiles[row, op, 0, loop] == pytest.approx((np.log2(sizes[loop]) + 1) / 16)
+    # the function the jitted reward would call, one state at a time, gives the same tokens
+    one = jax.jit(tokens)(dataset.table, jax.tree.map(lambda a: a[row], dataset.states))
+    assert np.allclose(np.asarray(one.tiles), np.asarray(toks.tiles[row]))
+    assert np.array_equal(np.asarray(one.present), present[row])
+
+
+def test_the_token_model_learns_the_measurements_it_is_fitted_on(dataset):
+    from dataclasses import replace
+
+    from flax import nnx
+
+    from mlirrl_jax.surrogate.tokens import TokenConfig, build_tokens, tokens_of_states
+    from mlirrl_jax.surrogate.train import fit
+
+    toks = tokens_of_states(dataset.table, dataset.states)
+    init = build_tokens(TokenConfig(width=32))
+    config = replace(SMALL, epochs=300)
+    graphdef, params, history = fit(replace(dataset, features=toks), config, init=init)
+    assert history[-1]["loss"] < history[0]["loss"] / 2
+
+    def predict(p):
+        return np.asarray(jax.vmap(lambda m: nnx.merge(graphdef, m)(toks))(p).mean(0))
+
+    fitted = evaluate(predict(params), dataset.log_time, dataset.program, dataset.is_baseline)
+    untrained = evaluate(predict(init[1]), dataset.log_time, dataset.program, dataset.is_baseline)
+    assert fitted["spearman"] > 0.7 and fitted["spearman"] > untrained["spearman"] + 0.2
+
+
+def test_the_listwise_loss_is_lowest_when_the_fastest_are_predicted_fastest():
+    from mlirrl_jax.surrogate.train import _listwise
+
+    target = jnp.log(jnp.array([1.0, 2.0, 4.0, 1.0, 3.0]))
+    program = jnp.array([0, 0, 0, 1, 1])
+    right = _listwise(target, target, program, 0.1)
+    flipped = _listwise(-target, target, program, 0.1)
+    # only the order within a program matters: shifting a program's times changes nothing
+    shifted = _listwise(target + jnp.array([5.0, 5.0, 5.0, -2.0, -2.0]), target, program, 0.1)
+    assert float(right) < float(flipped)
+    assert float(shifted) == pytest.approx(float(right), rel=1e-5)
+    # the slowest schedule of program 0 predicted fastest: raising its predicted log time
+    # lowers the loss
+    wrong = target.at[2].set(-1.0)
+    grad = jax.grad(lambda p: _listwise(p, target, program, 0.1))(wrong)
+    assert grad[2] < 0

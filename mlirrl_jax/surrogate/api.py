@@ -297,17 +297,20 @@ class CostModel:
         anchor: Dataset | None = None,
         note: str = "",
         threads: int | None = None,
+        trainable: str = "all",
     ) -> CostModel:
         """Fine-tune from the current weights on `data` (measurements of `machine_id` at
         `threads` per kernel; by default the model's own machine and thread count) and, if
         given, `anchor`: unmeasured states labeled by
         a frozen model (see `regrounding`), which keep what the weights knew where the new
-        rows say nothing. Returns the new model; its meta's `lineage` gains a step naming the
-        machine, the rows and the prior weights."""
+        rows say nothing. `trainable="head"` changes the output layers only (at the fit's
+        learning rate; all weights: a quarter of it). Returns the new model; its meta's
+        `lineage` gains a step naming the machine, the rows and the prior weights."""
         config = TrainConfig(
             **{**self.meta["train"], "model": ModelConfig(**self.meta["train"]["model"])}
         )
-        config = replace(config, epochs=epochs, learning_rate=config.learning_rate / 4)
+        rate = config.learning_rate if trainable == "head" else config.learning_rate / 4
+        config = replace(config, epochs=epochs, learning_rate=rate, trainable=trainable)
         train_on = data if anchor is None else data.concat(anchor)
         graphdef, params, _ = fit(train_on, config, init=(self.graphdef, self.params))
         machine = machine_id or self.meta.get("machine_id", "")
@@ -320,6 +323,7 @@ class CostModel:
             "programs": len({p.hash for p in data.programs}),
             "anchor_states": 0 if anchor is None else len(anchor),
             "epochs": epochs,
+            **({"trainable": trainable} if trainable != "all" else {}),
             "from": self.identity,
             **({"note": note} if note else {}),
         }

@@ -35,8 +35,10 @@ def evaluate(
     - top1 / top5 (TenSet): mean over programs (>= 2 schedules: a lone schedule is trivially
       the best) of best measured time / measured time of the best among the model's top-k
       picks.
+    - top1_hit: share of programs (>= 3 schedules) whose predicted fastest schedule is the
+      measured fastest, or within `min_gap` in log of it (a tie within noise).
     """
-    errors, spearmans, top1, top5 = [], [], [], []
+    errors, spearmans, top1, top5, hits = [], [], [], [], []
     correct = total = 0
     for p in np.unique(program):
         rows = np.flatnonzero(program == p)
@@ -60,6 +62,8 @@ def evaluate(
             best = true.min()
             top1.append(np.exp(best - true[order[:1]].min()))
             top5.append(np.exp(best - true[order[:5]].min()))
+            if len(rows) >= 3:
+                hits.append(float(true[order[0]] - best <= min_gap))
     spearmans = [s for s in spearmans if np.isfinite(s)]
     return {
         "programs": int(len(np.unique(program))),
@@ -70,4 +74,5 @@ def evaluate(
         "pairs": total,
         "top1": float(np.mean(top1)) if top1 else float("nan"),
         "top5": float(np.mean(top5)) if top5 else float("nan"),
+        "top1_hit": float(np.mean(hits)) if hits else float("nan"),
     }

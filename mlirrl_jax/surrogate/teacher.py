@@ -45,16 +45,10 @@ class TreeTeacher:
         return np.concatenate(out).astype(np.float32)
 
 
-def fit_tree_teacher(
-    data: Dataset, rounds: int, leaves: int, seed: int
-) -> tuple[TreeTeacher, list[dict]]:
-    """Boost `rounds` trees of up to `leaves` leaves on the measured rows (squared error of
-    log time per iteration point); returns the teacher and its training curve."""
-    import lightgbm
-
-    inputs, total = tree_inputs(data.features)
-    params = {
-        "objective": "regression",
+def tree_params(leaves: int, seed: int, objective: str = "regression") -> dict:
+    """LightGBM's settings for the teacher's trees (and other trees on the same inputs)."""
+    return {
+        "objective": objective,
         "learning_rate": 0.05,
         "num_leaves": leaves,
         "min_data_in_leaf": 10,
@@ -66,6 +60,17 @@ def fit_tree_teacher(
         "num_threads": os.cpu_count() or 1,
         "verbose": -1,
     }
+
+
+def fit_tree_teacher(
+    data: Dataset, rounds: int, leaves: int, seed: int
+) -> tuple[TreeTeacher, list[dict]]:
+    """Boost `rounds` trees of up to `leaves` leaves on the measured rows (squared error of
+    log time per iteration point); returns the teacher and its training curve."""
+    import lightgbm
+
+    inputs, total = tree_inputs(data.features)
+    params = tree_params(leaves, seed)
     train = lightgbm.Dataset(inputs, data.log_time - total, free_raw_data=True)
     history: list[dict] = []
     bar = progress_bar(total=rounds, unit="tree", mininterval=1.0, desc="trees", leave=False)

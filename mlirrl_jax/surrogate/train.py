@@ -29,6 +29,19 @@ STEPS_PER_CALL = 50  # training steps per jitted call (a scan): fewer dispatches
 # `_slot_ordered`); their order within a window hardly matters to the learning rate schedule
 ORDER_WINDOW = 1000
 TEACHERS = ("trees", "networks", "none")
+TRAINABLE = ("all", "head")
+HEAD_LAYERS = ("out_hidden", "out")  # the layers a "head" fit changes
+
+
+def _trainable_labels(params, trainable: str):
+    """Per parameter leaf: "train" or "freeze" (optax.multi_transform's labels)."""
+
+    def label(path, _):
+        # the module's own attribute, the path's first key (an attention layer has an "out" too)
+        layer = str(getattr(path[0], "key", getattr(path[0], "name", path[0])))
+        return "train" if trainable == "all" or layer in HEAD_LAYERS else "freeze"
+
+    return jax.tree_util.tree_map_with_path(label, params)
 
 
 @dataclass(frozen=True)
@@ -50,6 +63,11 @@ class TrainConfig:
     feature_noise: float = 0.0
     difference_weight: float = 1.0  # weight of the within-program log-time difference loss
     rank_weight: float = 0.5  # weight of the within-program logistic ranking loss
+    # weight of a listwise ranking loss (ListNet: cross-entropy between each program's
+    # softmax over -measured and over -predicted log time at `listwise_temperature`), which
+    # weighs the fastest schedules of a program most
+    listwise_weight: float = 0.0
+    listwise_temperature: float = 0.1
     # an ensemble's members (`model.members` > 1) each train on their own bootstrap resample
     # of the table's programs, besides their own batch order and initial weights: where the
     # data say little, the members disagree, and their spread is the prediction's uncertainty.
@@ -69,10 +87,17 @@ class TrainConfig:
     distill_states: int = 150000
     distill_epochs: int = 300
     distill_max_steps: int | None = 40000  # the distilled network's cap (`max_steps`: the rest)
+    # which weights a fit changes: "all", or "head" (the output layers only, `HEAD_LAYERS`: a
+    # per-machine head over the frozen shared layers, for fine-tuning on a few rows)
+    trainable: str = "all"
 
     def __post_init__(self):
         if self.teacher not in TEACHERS:
             raise ConfigError(f"teacher {self.teacher!r}: expected one of {', '.join(TEACHERS)}")
+        if self.trainable not in TRAINABLE:
+            raise ConfigError(
+                f"trainable {self.trainable!r}: expected one of {', '.join(TRAINABLE)}"
+            )
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -100,7 +125,22 @@ def _member_loss(predicted, target, program, config: TrainConfig):
     rank = jnp.sum(jnp.where(ordered, jax.nn.softplus(-jnp.sign(diff_true) * diff_pred), 0.0))
     rank = rank / jnp.maximum(ordered.sum(), 1)
     total = mse + config.difference_weight * difference + config.rank_weight * rank
-    return total, {"mse": mse, "difference": difference, "rank": rank}
+    parts = {"mse": mse, "difference": difference, "rank": rank}
+    if config.listwise_weight:
+        parts["listwise"] = _listwise(predicted, target, program, config.listwise_temperature)
+        total = total + config.listwise_weight * parts["listwise"]
+    return total, parts
+
+
+def _listwise(predicted, target, program, temperature: float):
+    """ListNet over each row's program: the cross-entropy of the softmax over -predicted log
+    times against the softmax over -measured ones, averaged over rows (zero entropy term left
+    in: a constant of the data)."""
+    group = program[:, None] == program[None, :]
+    scores = lambda x: jnp.where(group, -x[None, :] / temperature, -jnp.inf)  # noqa: E731
+    truth = jax.nn.softmax(scores(target), axis=1)
+    log_predicted = jax.nn.log_softmax(scores(predicted), axis=1)
+    return -jnp.mean(jnp.sum(jnp.where(group, truth * log_predicted, 0.0), axis=1))
 
 
 NOISE_BANK = 4096  # noise draws kept on the device; each training row picks one at random
@@ -210,6 +250,11 @@ def _fit(data: Dataset, config: TrainConfig, init):
     warmup = min(200, steps // 10)
     schedule = optax.warmup_cosine_decay_schedule(0.0, config.learning_rate, warmup, steps)
     optimizer = optax.adamw(schedule, weight_decay=config.weight_decay)
+    if config.trainable != "all":
+        optimizer = optax.multi_transform(
+            {"train": optimizer, "freeze": optax.set_to_zero()},
+            _trainable_labels(params, config.trainable),
+        )
     opt_state = optimizer.init(params)
     bank_key, noise_key = jax.random.split(jax.random.PRNGKey(config.seed))
 
