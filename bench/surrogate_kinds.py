@@ -131,10 +131,11 @@ class Network:
 
     def __init__(self, model: CostModel):
         self.model = model
+        # compiled once per model; each scoring set reuses it
+        self.members = jax.jit(lambda f: apply_members(model.graphdef, model.params, f).T)
 
     def predict(self, data: Dataset) -> tuple[np.ndarray, np.ndarray]:
-        fn = jax.jit(lambda f: apply_members(self.model.graphdef, self.model.params, f).T)
-        members = map_in_chunks(fn, data.features, size=4096)  # (rows, members)
+        members = map_in_chunks(self.members, data.features, size=4096)  # (rows, members)
         return members.mean(axis=1), members.std(axis=1)
 
 
@@ -142,14 +143,15 @@ class TokenModel:
     """The token network behind the scoring interface."""
 
     def __init__(self, graphdef, params):
-        self.graphdef, self.params = graphdef, params
-
-    def predict(self, data: Dataset) -> tuple[np.ndarray, np.ndarray]:
         from flax import nnx
 
+        self.graphdef, self.params = graphdef, params
+        # compiled once per model; each scoring set reuses it
+        self.members = jax.jit(lambda t: jax.vmap(lambda p: nnx.merge(graphdef, p)(t))(params).T)
+
+    def predict(self, data: Dataset) -> tuple[np.ndarray, np.ndarray]:
         toks = tokens_of_states(data.table, data.states)
-        fn = jax.jit(lambda t: jax.vmap(lambda p: nnx.merge(self.graphdef, p)(t))(self.params).T)
-        members = map_in_chunks(fn, toks, size=4096)
+        members = map_in_chunks(self.members, toks, size=4096)
         return members.mean(axis=1), members.std(axis=1)
 
 
