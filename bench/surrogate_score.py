@@ -259,9 +259,10 @@ def main() -> int:
     print(f"\nmachine {machine}, store {args.store}, test-split programs only")
     print(
         "| model | threads | schedules of | programs | schedules | Spearman | MAPE speedup "
-        "| pairwise | top-1 | large errors in top-spread quarter | noise floor MAPE / Spearman |"
+        "| pairwise | top-1 | top-1 hit | large errors in top-spread quarter "
+        "| noise floor MAPE / Spearman |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         floor = noise.get(str(r["threads"]), {})
         capture = r["uncertainty_capture"]
@@ -269,7 +270,8 @@ def main() -> int:
             f"| {r['model']} | {r['threads']} | {r['schedules_of']} | {r['programs']} | "
             f"{r['schedules']} | "
             f"{r['spearman']:.3f} | {r['mape_speedup']:.1%} | {r['pairwise_accuracy']:.3f} | "
-            f"{r['top1']:.3f} | {'-' if capture is None else f'{capture:.0%}'} | "
+            f"{r['top1']:.3f} | {r['top1_hit']:.2f} | "
+            f"{'-' if capture is None else f'{capture:.0%}'} | "
             f"{floor.get('mape_speedup', float('nan')):.1%} / {floor.get('spearman', float('nan')):.3f} |"
         )
     print(f"\n{time.perf_counter() - started:.0f} s")

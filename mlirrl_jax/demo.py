@@ -1,15 +1,25 @@
 """The main job (`mlirrl-jax demo`): adapt the shipped surrogate and agent to this machine
 with a short re-grounding while training on from the shipped agent, adopt the adapted agent
 as this machine's default, then validate it on held-out programs against unscheduled code,
-the heuristic, random search, the surrogate's own pick and XLA."""
+the heuristic, random search, the surrogate's own pick and XLA.
+
+It plans to a time budget (`DemoConfig.minutes`) from the rates it measures as it goes, and
+cuts in this order (each cut is logged, printed with the report and kept in `budget.json`):
+1. re-grounding, which ends by `ADAPT_SHARE` of the budget: a round's measuring stops in time
+   for its update (the least needed measurements go first), and a round that would not end
+   by then is not started (`Regrounding.due`);
+2. validation, which ends with the budget: a program is measured only if it is expected to
+   end in time, at the mean time of those before it (the first always is).
+Start-up, the first round's choosing and updates, the training after the rounds and the
+validation's choosing are not cut: their time is what the rest plans around."""
 
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from mlirrl_jax.budget import TimeBudget
 from mlirrl_jax.measure.runner import DEFAULT_MEM_LIMIT_MB, DEFAULT_TIMEOUT_S
 from mlirrl_jax.programs.ir import Program, load_program
 from mlirrl_jax.records import ValidationRow
@@ -40,6 +50,10 @@ REGROUNDING = {  # a short re-grounding: a few hundred measurements of this mach
 }
 
 
+ADAPT_SHARE = 0.6  # of the time budget: re-grounding ends by then, validation gets the rest
+REPORT_S = 15.0  # kept at the end of the budget for the report and its plots
+
+
 @dataclass(frozen=True)
 class DemoConfig:
     store: str = DEFAULT_STORE
@@ -54,6 +68,9 @@ class DemoConfig:
     """Real measurements of the re-grounding, a hard cap."""
     iterations: int | None = None
     """PPO iterations (default: 30 per round + 30)."""
+    minutes: float = 8.0
+    """The whole job's time budget in minutes (the install aside): re-grounding ends by 60% of
+    it, validation cuts programs to fit the rest; the report says what was cut."""
     seed: int = 0
     timeout_s: float = DEFAULT_TIMEOUT_S
     mem_limit_mb: int = DEFAULT_MEM_LIMIT_MB
@@ -70,6 +87,7 @@ def run_demo(out_dir: Path, programs: list[Program], config: DemoConfig) -> tupl
     and summary (`validation.Validation.report`)."""
     from mlirrl_jax.host_devices import use_compilation_cache, use_host_devices
 
+    budget = TimeBudget(60.0 * config.minutes)
     run = out_dir / "agent"
     use_host_devices()  # before any JAX work: the agent's environments use every core
     use_compilation_cache()
@@ -84,7 +102,6 @@ def run_demo(out_dir: Path, programs: list[Program], config: DemoConfig) -> tupl
     from mlirrl_jax.shipped import SHIPPED_AGENT
     from mlirrl_jax.validation import Validation, ValidationConfig
 
-    started = time.perf_counter()
     here = machine_fingerprint()["machine_id"]
     shipped = (SHIPPED_AGENT / "checkpoints").is_dir()
     agent = AgentConfig.from_json(load_meta(SHIPPED_AGENT)["config"]) if shipped else AgentConfig()
@@ -99,15 +116,21 @@ def run_demo(out_dir: Path, programs: list[Program], config: DemoConfig) -> tupl
     iterations = config.iterations or regrounding.rounds * regrounding.iterations_per_round + 30
     log.info(
         "machine %s: adapting the %s and the shipped surrogate to it (%d re-grounding rounds, at "
-        "most %d real measurements into %s; %d PPO iterations); run in %s",
+        "most %d real measurements into %s, ending by %.1f min of the %.1f min budget; %d PPO "
+        "iterations); run in %s",
         here,
         "shipped agent" if shipped else "a new agent",
         regrounding.rounds,
         regrounding.real_budget,
         regrounding.store,
+        ADAPT_SHARE * config.minutes,
+        config.minutes,
         iterations,
         run,
     )
+    # no evaluation on the test split while training: the validation is the demo's, and the
+    # evaluation's programs and compiles would cost a minute of its budget
+    agent = replace(agent, eval_every=0)
     if shipped:  # go on as the shipped run ended: its final step size and entropy bonus
         agent = replace(
             agent, learning_rate=agent.final_learning_rate, entropy_coef=agent.final_entropy_coef
@@ -115,18 +138,20 @@ def run_demo(out_dir: Path, programs: list[Program], config: DemoConfig) -> tupl
     run_training(
         run,
         replace(agent, minutes=0.0, iterations=iterations),
-        regrounding=rounds(regrounding),
+        regrounding=rounds(regrounding, budget, budget.at(ADAPT_SHARE)),
         init_agent=SHIPPED_AGENT if shipped else None,
     )
+    budget.mark("adapted")
     adopt_agent_run(run, regrounding.threads)
     rounds_md = run / "regrounding" / "rounds.md"
     if rounds_md.is_file():
         log.info("%s", rounds_md.read_text())
     log.info(
         "adapted in %.1f min; `mlirrl-jax optimize` now uses this agent on this machine. "
-        "Validating it on %d held-out programs:",
-        (time.perf_counter() - started) / 60,
+        "Validating it on %d held-out programs in the %.1f min left:",
+        budget.elapsed() / 60,
         len(programs),
+        budget.left() / 60,
     )
     validation = Validation(
         Agent.load(run),
@@ -142,10 +167,18 @@ def run_demo(out_dir: Path, programs: list[Program], config: DemoConfig) -> tupl
             store=config.store,
         ),
         agent_run=str(run),
+        deadline=budget.deadline - REPORT_S,
+        budget=budget,
     )
     rows = validation.run()
+    budget.mark("validated")
     summary = validation.report(rows, this_machine_profile().fma_peak_gflops)
-    log.info("whole pipeline in %.1f min", (time.perf_counter() - started) / 60)
+    budget.mark("reported")
+    budget.save(out_dir / "budget.json")
+    text = budget.summary()
+    report = out_dir / "validation.md"
+    report.write_text(report.read_text() + "\n## Time budget\n\n" + text + "\n")
+    log.info("whole pipeline in %.1f min\n%s", budget.elapsed() / 60, text)
     return rows, summary
 
 

@@ -178,3 +178,4 @@ class RoundRow(Record):
     wanted: int | None = None
     planned: int | None = None
     cut: dict | None = None
+    time_cut: int | None = None  # planned measurements left out at the job's deadline

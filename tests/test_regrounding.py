@@ -354,3 +354,45 @@ def test_the_iterations_reach_every_round():
     chosen.check_iterations(0)  # a time budget
     with pytest.raises(ValueError, match="reaches 1 of the 2 .* give --iterations 21 or more"):
         chosen.check_iterations(20)
+
+
+def test_a_deadline_skips_a_round_and_cuts_measuring_and_says_so(run):
+    from dataclasses import replace
+
+    from mlirrl_jax.agent.run import load_programs
+    from mlirrl_jax.agent.surrogate import load_surrogate
+    from mlirrl_jax.budget import TimeBudget
+    from mlirrl_jax.regrounding import Planned
+    from mlirrl_jax.regrounding.measure import MIN_MEASURE_S
+    from mlirrl_jax.schedule import Schedule, Transform
+    from mlirrl_jax.splits import TRAIN
+
+    budget = TimeBudget(600.0)
+    job = rounds(None, budget, deadline=time.time() + 3600)(
+        run["out"],
+        True,
+        AGENT,
+        load_programs(TRAIN, ("dl-v0",)),
+        load_surrogate(str(SHIPPED_SURROGATE)),
+    )
+    measurer = job.measurer
+    took = measurer.phase_seconds()
+    assert [len(took[p]) for p in ("choose", "measure", "update")] == [2, 2, 2]
+    needs = took["choose"][1] + MIN_MEASURE_S + took["update"][1]
+    assert measurer.round_needs_s() == pytest.approx(needs)
+    # one more round, with measurements to spare: due while the time lasts, not after
+    job.config = measurer.config = replace(job.config, rounds=3, real_budget=10_000)
+    third = 3 * job.config.iterations_per_round
+    assert job.due(third) and not budget.cuts
+    measurer.deadline = time.time() + needs / 2
+    assert not job.due(third)
+    assert [(c.phase, c.what) for c in budget.cuts] == [("re-grounding", "round 3 of 3")]
+    # measuring past its deadline starts nothing, and every measurement left out is counted
+    program = job.pool[-1]
+    planned = [
+        Planned(program, Schedule.of({0: [Transform("tile", sizes=(n,))]}), "learn") for n in (3, 5)
+    ]
+    spent = measurer.spent()
+    report = measurer.measure(planned, deadline=time.time() - 1.0)
+    assert report.measured == 0 and report.time_cut >= 2 and measurer.spent() == spent
+    assert budget.cuts[-1].phase == "re-grounding" and "measurements" in budget.cuts[-1].what

@@ -3,6 +3,7 @@ real measurement in the worker, verified outputs, XLA beside them."""
 
 import json
 import shlex
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -82,6 +83,27 @@ def test_validation_measures_every_method_on_every_program(validated):
         assert (out / plot).stat().st_size > 0
     saved = json.loads((out / "validation.json").read_text())
     assert saved["summary"]["machine_id"] and len(saved["rows"]) == 2
+
+
+def test_a_deadline_cuts_the_programs_that_would_not_end_by_it(validated):
+    from types import SimpleNamespace
+
+    from mlirrl_jax.budget import TimeBudget
+
+    v = validated[3]
+    job = lambda name: (SimpleNamespace(program=SimpleNamespace(name=name)), 1)  # noqa: E731
+    left = [job("suite://dl-v0/a"), job("b")]
+    assert not v._out_of_time([], left)  # no deadline: nothing is cut
+    v.budget, v.deadline = TimeBudget(60.0), time.time() + 100.0
+    try:
+        assert not v._out_of_time([], left)  # the first program always runs
+        assert not v._out_of_time([20.0, 40.0], left)  # 30 s each, 100 s left
+        v.deadline = time.time() + 20.0
+        assert v._out_of_time([20.0, 40.0], left)
+        (cut,) = v.budget.cuts
+        assert cut.phase == "validation" and cut.what == "2 of 4 programs: a (1t), b (1t)"
+    finally:
+        v.budget = v.deadline = None
 
 
 def test_the_report_counts_failed_candidates_beside_the_speedups(validated):

@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 from mlirrl_jax.cli.options import (
+    POSITIVE_FLOAT,
     POSITIVE_INT,
     add_field_flags,
     add_worker_options,
@@ -18,7 +19,7 @@ from mlirrl_jax.errors import ConfigError
 from mlirrl_jax.runfolder import has_checkpoint, run_folder
 from mlirrl_jax.shipped import DEFAULT_STORE
 
-FIELDS = ("rounds", "real_budget", "iterations")
+FIELDS = ("minutes", "rounds", "real_budget", "iterations")
 
 
 def register(sub) -> None:
@@ -32,7 +33,7 @@ def register(sub) -> None:
         p,
         "mlirrl_jax.demo:DemoConfig",
         FIELDS,
-        types={"real_budget": POSITIVE_INT, "iterations": POSITIVE_INT},
+        types={"minutes": POSITIVE_FLOAT, "real_budget": POSITIVE_INT, "iterations": POSITIVE_INT},
     )
     p.add_argument("--store", default=DEFAULT_STORE, help="this machine's measurement store")
     p.add_argument("--threads", type=thread_counts, default=(1,), help="validation threads (1)")

@@ -111,6 +111,7 @@ class CollectReport:
     new_rows: int = 0
     failures: int = 0
     skipped: int = 0  # tasks another job had claimed or stored meanwhile
+    time_cut: int = 0  # tasks left out at the caller's deadline
     stored_for_split: int = 0
     seconds: float = 0.0
     by_status: dict = field(default_factory=dict)

@@ -46,6 +46,12 @@ first. A program's baseline goes with its last schedule. The cut is printed and 
 the round's line of `rounds.jsonl` (`cut`: entries per role; `wanted` and `planned`: the new
 measurements of the whole plan and of what was kept; `allowance`). Measuring stops at the cap whatever the plan says (a resumed
 round re-measures what a kill lost before its commit, and that counts).
+
+A job with a time budget (the demo) gives the rounds a deadline (`rounds(config, budget,
+deadline)`; `RoundMeasurer`): a round starts only if its choosing, some measuring and its
+update fit before it, as long as the last round's took, and a round's measuring stops in time
+for its update, the least needed programs' measurements left out. Each cut is recorded in
+the job's `budget.TimeBudget`, and the round's line counts what it left out (`time_cut`).
 """
 
 from __future__ import annotations
@@ -88,6 +94,8 @@ class Rounds:
     (`config` None); None where there are no rounds."""
 
     config: RegroundConfig | None
+    budget: object = None  # a `budget.TimeBudget`: records what the deadline cut
+    deadline: float | None = None  # time.time(): no round starts that would not end by it
 
     def __call__(
         self, out: Path, resume: bool, agent_config, train_programs, prior
@@ -109,9 +117,13 @@ class Rounds:
             load_programs(TEST, ("dl-v0",)),
             load_programs(SURROGATE_VALIDATION, training_suites(agent_config, prior)),
             prior,
+            budget=self.budget,
+            deadline=self.deadline,
         )
 
 
-def rounds(config: RegroundConfig | None) -> Rounds:
-    """The re-grounding of a training run: `config`'s, or (None) a resumed run's own."""
-    return Rounds(config)
+def rounds(config: RegroundConfig | None, budget=None, deadline: float | None = None) -> Rounds:
+    """The re-grounding of a training run: `config`'s, or (None) a resumed run's own; with a
+    `deadline` (time.time(); `budget`, a `budget.TimeBudget`, records the cuts) the rounds
+    end by it (`Regrounding.due`)."""
+    return Rounds(config, budget, deadline)

@@ -16,16 +16,16 @@ import numpy as np
 from mlirrl_jax.agent.agent import Agent
 from mlirrl_jax.agent.surrogate import Surrogate, load_surrogate
 from mlirrl_jax.agent.train import AgentConfig
-from mlirrl_jax.collect import CollectConfig, CollectReport, Task, measure_stream
+from mlirrl_jax.budget import TimeBudget
 from mlirrl_jax.env.replay import state_of_schedule
 from mlirrl_jax.errors import ConfigError
 from mlirrl_jax.heuristics import heuristic_schedule
 from mlirrl_jax.measure.fingerprint import machine_fingerprint
-from mlirrl_jax.measure.timing import TimingMethod
 from mlirrl_jax.programs.ir import Program
 from mlirrl_jax.records import RoundRow
 from mlirrl_jax.regrounding.config import RegroundConfig, uncertain_gain_order
-from mlirrl_jax.regrounding.plan import Planned, priority, within_budget
+from mlirrl_jax.regrounding.measure import RoundMeasurer
+from mlirrl_jax.regrounding.plan import Planned, within_budget
 from mlirrl_jax.regrounding.report import (
     budget_line,
     format_rounds,
@@ -45,7 +45,6 @@ from mlirrl_jax.surrogate.adapt import (
 )
 from mlirrl_jax.surrogate.api import CostModel
 from mlirrl_jax.surrogate.dataset import Dataset, load_dataset
-from mlirrl_jax.util.progress import progress_bar
 from mlirrl_jax.util.stats import pick_evenly
 
 log = logging.getLogger(__name__)
@@ -63,7 +62,12 @@ class Regrounding:
         heldout_programs: list[Program],
         validation_programs: list[Program],
         prior: Surrogate,
+        budget: TimeBudget | None = None,
+        deadline: float | None = None,
     ):
+        """`deadline` (time.time(), with `budget` to record what it cuts): no round starts
+        that would not end by it, and a round's measuring stops in time for its update; it is
+        the job's, never saved with the run (`RoundMeasurer`)."""
         config.check_iterations(agent_config.iterations)  # before anything is written
         self.dir = Path(run_dir) / "regrounding"
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -83,6 +87,7 @@ class Regrounding:
         self.programs = list(self.by_name.values())
         self._evaluator = None
         self._prior: CostModel | None = None
+        self.measurer = RoundMeasurer(self.dir, config, self.machine, deadline, budget)
         config_path = self.dir / "config.json"
         if config_path.is_file():
             saved = RegroundConfig.from_json(json.loads(config_path.read_text()))
@@ -135,28 +140,24 @@ class Regrounding:
             and iteration // c.iterations_per_round > self.state["completed"]
         ):
             return False
-        if self._spent() < c.real_budget:
-            return True
-        self.say(
-            f"re-grounding round {iteration // c.iterations_per_round} skipped: the real budget "
-            f"({c.real_budget} measurements) is spent; training goes on"
-        )
-        return False
+        round_ = iteration // c.iterations_per_round
+        if self.measurer.spent() >= c.real_budget:
+            self.say(
+                f"re-grounding round {round_} skipped: the real budget "
+                f"({c.real_budget} measurements) is spent; training goes on"
+            )
+            return False
+        return self.measurer.time_for_round(round_)
 
     def allowance(self, round_: int) -> int:
         """The new measurements round `round_` may plan: what is left of the budget, less a
         reserve for each later round (its core: the learned and tracked schedules with their
         baselines, or an even share of what is left)."""
         c = self.config
-        left = max(0, c.real_budget - self._spent())
+        left = max(0, c.real_budget - self.measurer.spent())
         later = c.rounds - round_
         core = c.round_programs * (c.top_k + 1) + c.track_programs
         return left - min(later * core, left * later // (later + 1))
-
-    def _phase(self, name: str, started: float, **extra) -> None:
-        with (self.dir / "phases.jsonl").open("a") as sink:
-            row = {"round": self.state["completed"] + 1, "phase": name, "start": started}
-            sink.write(json.dumps({**row, "end": time.time(), **extra}) + "\n")
 
     # -- one round
     def run_round(self, policy_params) -> Surrogate:
@@ -178,21 +179,27 @@ class Regrounding:
             planned, budget = self._plan(round_, agent)
             write_atomic(budget_path, json.dumps(budget))  # first: tasks.json ends the plan
             write_atomic(tasks_path, json.dumps([p.to_json() for p in planned], indent=1))
-            self._phase("choose", started, tasks=len(planned))
-            self.say(budget_line(round_, budget, self.config.real_budget - self._spent()))
+            self.measurer.phase(round_, "choose", started, tasks=len(planned))
+            self.say(budget_line(round_, budget, self.config.real_budget - self.measurer.spent()))
         started = time.time()
-        report = self._measure(planned)
-        self._phase("measure", started, measured=report.measured)
+        report = self.measurer.measure(planned)
+        self.measurer.phase(round_, "measure", started, measured=report.measured)
         started = time.time()
         found = self._score_and_update(round_, planned, model, surrogate, folder)
-        self._phase("update", started)
+        self.measurer.phase(round_, "update", started)
         self.state["completed"] = round_
         self.state["chosen"] = sorted(
             {*self.state["chosen"], *(p.program.name for p in planned if p.role == "learn")}
         )
-        self.state["spent"] = self._spent()
+        self.state["spent"] = self.measurer.spent()
         row = RoundRow.from_json(
-            {**found, **budget, "measured_now": report.measured, "spent": self.state["spent"]}
+            {
+                **found,
+                **budget,
+                "measured_now": report.measured,
+                "spent": self.state["spent"],
+                "time_cut": report.time_cut,
+            }
         )
         # the round's line, then the state: a kill between the two repeats the round's update
         # (its measurements are in the store) and its line is written again, not twice
@@ -240,17 +247,13 @@ class Regrounding:
             data["predicted_speedup"],
         )
 
-    def _row(self, store: MeasurementStore, program_hash: str, schedule_hash: str):
-        """This machine's row of a schedule at the run's thread count, or None."""
-        return store.get(program_hash, schedule_hash, self.machine, self.config.threads)
-
     def _has_rows(self) -> set[str]:
         """Hashes of the pool's programs whose baseline this machine has measured."""
         with MeasurementStore(self.config.store) as store:
             return {
                 p.hash
                 for p in self.by_name.values()
-                if self._row(store, p.hash, Schedule().hash) is not None
+                if self.measurer.row(store, p.hash, Schedule().hash) is not None
             }
 
     def _plan(self, round_: int, agent: Agent) -> tuple[list[Planned], dict]:
@@ -312,7 +315,7 @@ class Regrounding:
         for program in {p.program.name: p.program for p in planned}.values():
             planned.append(Planned(program, Schedule(), "baseline"))
         with MeasurementStore(c.store) as store:
-            stored = {p.key for p in planned if self._row(store, *p.key) is not None}
+            stored = {p.key for p in planned if self.measurer.row(store, *p.key) is not None}
         return within_budget(planned, stored, self.allowance(round_))
 
     def _random_schedules(self, programs: list[Program], k: int, role: str) -> list[Planned]:
@@ -337,58 +340,6 @@ class Regrounding:
                     found.setdefault(schedule.hash, schedule)
             planned += [Planned(program, s, role) for s in found.values()]
         return planned
-
-    def _measure(self, planned: list[Planned]) -> CollectReport:
-        config = CollectConfig(
-            store=Path(self.config.store),
-            workers=self.config.workers,
-            timeout_s=self.config.timeout_s,
-            threads=self.config.threads,
-            method=TimingMethod(seed=self.config.seed),
-        )
-        by_key, baseline = {p.key: p for p in planned}, Schedule().hash
-        most_needed = [
-            key
-            for i in priority(planned)
-            for key in ((planned[i].program.hash, baseline), planned[i].key)
-        ]
-        with MeasurementStore(self.config.store) as store:
-            needed = [
-                key
-                for key in dict.fromkeys([*most_needed, *by_key])
-                if key in by_key and self._row(store, *key) is None
-            ]
-            left = max(0, self.config.real_budget - self._spent())
-            if len(needed) > left:  # a resumed round whose kill lost uncommitted rows
-                self.say(f"the real budget leaves {left} of the round's {len(needed)} measurements")
-            first = {h: i for i, h in reversed(list(enumerate(p.program.hash for p in planned)))}
-            # the most needed within the cap; a program's schedules back to back: a worker
-            # keeps its inputs and reference
-            chosen = sorted(needed[:left], key=lambda key: first[key[0]])
-            todo = [Task(by_key[key].program, by_key[key].schedule) for key in chosen]
-            report = CollectReport()
-            if not todo:
-                return report
-            bar = progress_bar(total=len(todo), unit="meas", desc="measuring")
-            with (self.dir / "measured.jsonl").open("a") as sink:  # the run's own spending
-
-                def spent(task: Task, _) -> None:
-                    sink.write(json.dumps([task.program.hash, task.schedule.hash]) + "\n")
-                    sink.flush()
-
-                try:
-                    measure_stream(iter(todo), config, store, report, bar, on_result=spent)
-                finally:
-                    bar.close()
-        return report
-
-    def _spent(self) -> int:
-        """Measurements the run has made: the lines of `measured.jsonl` (one per measurement;
-        one a kill lost before its commit and measured again counts twice, as it cost)."""
-        path = self.dir / "measured.jsonl"
-        if not path.is_file():
-            return 0
-        return sum(1 for line in path.read_text().splitlines() if line.strip())
 
     def _rows(self, programs: list[Program]) -> Dataset | None:
         with MeasurementStore(self.config.store) as store:
@@ -463,7 +414,7 @@ class Regrounding:
         with MeasurementStore(self.config.store) as store:
 
             def time_of(p: Program, s: Schedule) -> float | None:
-                r = self._row(store, p.hash, s.hash)
+                r = self.measurer.row(store, p.hash, s.hash)
                 return r["median_s"] if r and r["status"] == "ok" else None
 
             row.update(real_speedups(planned, folder, time_of))

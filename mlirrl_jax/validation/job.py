@@ -41,9 +41,15 @@ class Validation:
         out: str | os.PathLike,
         config: ValidationConfig | None = None,
         agent_run: str | dict[int, str] | None = None,
+        deadline: float | None = None,
+        budget=None,
     ):
         """`agent`: one agent for every thread count, or one per thread count (for example
-        each adapted to this machine at its thread count); `agent_run` names them alike."""
+        each adapted to this machine at its thread count); `agent_run` names them alike.
+
+        `deadline` (time.time()): a program (at a thread count) is measured only if it is
+        expected to end by then, at the mean time of those measured so far; the first always
+        is. What is left out is recorded in `budget` (a `budget.TimeBudget`) and logged."""
         if not programs:
             raise ValidationError("no programs to validate")
         names = [p.name for p in programs]
@@ -61,6 +67,8 @@ class Validation:
             agent_run if isinstance(agent_run, dict) else dict.fromkeys(threads, agent_run)
         )
         self.programs = programs
+        self.deadline = deadline
+        self.budget = budget
         self.out = Path(out)
         self.machine = machine_fingerprint()["machine_id"]
         self.rows_path = self.out / "validation.jsonl"
@@ -154,7 +162,11 @@ class Validation:
                 open(self.rows_path, "ab", buffering=0) as rows_file,  # no buffer to flush at close
             ):
                 bases: dict[str, Measurement] = {}
-                for p, threads in jobs:
+                took: list[float] = []
+                for j, (p, threads) in enumerate(jobs):
+                    if self._out_of_time(took, jobs[j:]):
+                        break
+                    job_started = time.perf_counter()
                     name = p.program.name
                     if name not in bases:
                         bases[name] = runner.measure(
@@ -172,6 +184,7 @@ class Validation:
                             line = line[rows_file.write(line) :]
                         os.fsync(rows_file.fileno())
                     rows.append(row)
+                    took.append(time.perf_counter() - job_started)
                     bar.update(1)
                     bar.set_postfix_str(f"{name.split('/')[-1]} t{threads}")
         finally:
@@ -179,6 +192,23 @@ class Validation:
             if store is not None:
                 store.close()
         return rows
+
+    def _out_of_time(self, took: list[float], left: list[tuple[Plan, int]]) -> bool:
+        """Whether the rest (`left`) is cut: the next program would not end by the deadline
+        at the mean time of those measured so far (`took`)."""
+        if self.deadline is None or not took:
+            return False
+        expected = sum(took) / len(took)
+        if time.time() + expected <= self.deadline:
+            return False
+        names = [f"{p.program.name.split('/')[-1]} ({t}t)" for p, t in left]
+        what = f"{len(left)} of {len(left) + len(took)} programs: {', '.join(names)}"
+        why = f"{expected:.0f} s each, {max(0.0, self.deadline - time.time()):.0f} s left"
+        if self.budget is not None:
+            self.budget.cut("validation", what, why)
+        else:
+            log.warning("validation: %s cut for time (%s)", what, why)
+        return True
 
     def _search_surrogates(self) -> dict:
         """Per thread count, the cost model the evolutionary search starts from: the one its
