@@ -30,10 +30,11 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 from jax.sharding import PartitionSpec  # noqa: E402
 
+from mlirrl_jax.agent.config import AgentConfig  # noqa: E402
 from mlirrl_jax.agent.rollout import batched  # noqa: E402
 from mlirrl_jax.agent.run import load_programs, training_suites  # noqa: E402
 from mlirrl_jax.agent.surrogate import load_surrogate  # noqa: E402
-from mlirrl_jax.agent.train import AXIS, AgentConfig, make_train  # noqa: E402
+from mlirrl_jax.agent.train import AXIS, make_train  # noqa: E402
 from mlirrl_jax.env.jax_env import action_mask, sample_action, transition  # noqa: E402
 from mlirrl_jax.env.state import initial_state  # noqa: E402
 from mlirrl_jax.env.table import encode_programs  # noqa: E402

@@ -101,6 +101,7 @@ def _max_steps_per_op() -> int:
 
 
 MAX_STEPS_PER_OP = _max_steps_per_op()
+MAX_EPISODE_STEPS = MAX_OPS * MAX_STEPS_PER_OP  # the grammar ends every episode by then
 
 # An action as one int32 vector: [kind, pointer, tile choice per loop]
 ACTION_WIDTH = 2 + MAX_LOOPS

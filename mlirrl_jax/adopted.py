@@ -14,7 +14,7 @@ from pathlib import Path
 from mlirrl_jax.errors import ConfigError, Error
 from mlirrl_jax.measure.fingerprint import machine_fingerprint
 from mlirrl_jax.runfolder import write_atomic
-from mlirrl_jax.shipped import ADAPTED, CHECKOUT_ADAPTED, SHIPPED_AGENT
+from mlirrl_jax.shipped import CHECKOUT_ADAPTED, SHIPPED_AGENT, adapted_dir
 
 
 class NoAgentError(Error, ValueError):
@@ -25,7 +25,7 @@ def default_agent_run(threads: int = 1) -> Path:
     """The agent adapted to this machine at `threads` (else at one thread) if there is one,
     else the shipped agent."""
     name = f"{machine_fingerprint()['machine_id']}.json"
-    pointer = ADAPTED / name
+    pointer = adapted_dir() / name
     # a checkout's own pointer from before the per-user data directory is still read
     for found in (pointer, CHECKOUT_ADAPTED / name):
         if not found.is_file():
@@ -47,14 +47,14 @@ def default_agent_run(threads: int = 1) -> Path:
 def adopt_agent_run(run: str | os.PathLike, threads: int = 1) -> Path:
     """Make `run` this machine's adapted agent at `threads` (what `optimize` and `validate`
     use by default); returns the pointer file (`adapted/<machine id>.json` in the user data directory (`shipped.user_data_dir`))."""
-    pointer = ADAPTED / f"{machine_fingerprint()['machine_id']}.json"
+    pointer = adapted_dir() / f"{machine_fingerprint()['machine_id']}.json"
     recorded = json.loads(pointer.read_text()) if pointer.is_file() else {}
     per_threads = recorded.get("threads", {})
     if "run" in recorded:  # a pointer of one run: its agent is the one-thread one
         per_threads.setdefault("1", recorded["run"])
     per_threads[str(threads)] = str(Path(run).resolve())
     recorded = {"run": per_threads.get("1", per_threads[str(threads)]), "threads": per_threads}
-    ADAPTED.mkdir(parents=True, exist_ok=True)
+    pointer.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(pointer, json.dumps(recorded, indent=1))
     return pointer
 

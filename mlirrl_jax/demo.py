@@ -16,14 +16,14 @@ validation's choosing are not cut: their time is what the rest plans around."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from mlirrl_jax.budget import TimeBudget
 from mlirrl_jax.measure.runner import DEFAULT_MEM_LIMIT_MB, DEFAULT_TIMEOUT_S
 from mlirrl_jax.programs.ir import Program, load_program
 from mlirrl_jax.records import ValidationRow
-from mlirrl_jax.shipped import DEFAULT_STORE
+from mlirrl_jax.shipped import default_store
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ REPORT_S = 15.0  # kept at the end of the budget for the report and its plots
 
 @dataclass(frozen=True)
 class DemoConfig:
-    store: str = DEFAULT_STORE
+    store: str = field(default_factory=default_store)
     """This machine's measurement store."""
     threads: tuple[int, ...] = (1,)
     """Thread counts of the validation."""
@@ -94,8 +94,8 @@ def run_demo(out_dir: Path, programs: list[Program], config: DemoConfig) -> tupl
     from mlirrl_jax.adopted import adopt_agent_run
     from mlirrl_jax.agent.agent import Agent
     from mlirrl_jax.agent.checkpoint import load_meta
+    from mlirrl_jax.agent.config import AgentConfig
     from mlirrl_jax.agent.run import run_training
-    from mlirrl_jax.agent.train import AgentConfig
     from mlirrl_jax.measure.fingerprint import machine_fingerprint
     from mlirrl_jax.measure.profile import this_machine_profile
     from mlirrl_jax.regrounding import RegroundConfig, rounds

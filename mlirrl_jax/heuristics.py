@@ -12,7 +12,7 @@ divides the extent. Version 3 is version 2 for every op but the memory-bound
 ones (pooling, element-wise), which a register tile only slows down (`bench/memory_bound.py`):
 their outermost parallel loop is split over the threads when the op has the work to pay for
 starting them, and their rows are vectorized one at a time, except an element-wise op's whose
-rows are whole vectors, which LLVM's loop vectorizer handles as well. Version 4 (the default)
+rows are whole vectors, which LLVM's loop vectorizer handles as well. Version 4
 is version 3 but for ops with an input to pack (`packs`: a matmul's B, a convolution's
 filter, read by at least `PANEL_REUSE` register tiles of rows): a matmul-like op's cache tile
 blocks the lanes loop and the reduction (a panel of at most `PANEL_WIDTH` x `PANEL_DEPTH`),
@@ -37,6 +37,7 @@ import math
 
 from mlirrl_jax.errors import ConfigError
 from mlirrl_jax.measure.fingerprint import vector_lanes
+from mlirrl_jax.programs.analysis import decomposable, packable_inputs, vectorizable, window_loops
 from mlirrl_jax.programs.ir import LinalgOp, Program
 from mlirrl_jax.schedule import (
     DECOMPOSE,
@@ -47,7 +48,6 @@ from mlirrl_jax.schedule import (
     Schedule,
     Transform,
 )
-from mlirrl_jax.transform import decomposable, packable_inputs, vectorizable, window_loops
 
 VERSIONS = (1, 2, 3, 4, 5, 6)
 DEFAULT_VERSION = 6
@@ -141,7 +141,7 @@ def reusing_rows(op: LinalgOp, candidates: list[int]) -> int | None:
     vector read of it serves every row; None if there is no such input or loop (extent 1
     loops do not count). A contraction over a gathered input (`models.rewrite`), `out[n, f,
     oh, ow] += w[f, c, kh, kw] * col[n, c, kh, kw, oh, ow]`, takes rows of `f`, not `oh`: 1.82
-    ms against 4.91 ms on ResNet-18's 3x3/2 convolution at 28x28 (BENCHMARKS.md); for a
+    ms against 4.91 ms on ResNet-18's 3x3/2 convolution at 28x28 (bench/results/history.md); for a
     matmul, a batch matmul or a named convolution it picks the loop version 5 picks."""
     lanes = candidates[-1]
     walked = [operand for operand in op.inputs if operand.access and operand.access[-1][lanes] == 1]
@@ -248,7 +248,7 @@ def row_vectorized(op: LinalgOp, width: int | None = None) -> list[Transform]:
 
 def vectorized(op: LinalgOp) -> list[Transform]:
     """The op's tiles vectorized: a 2-D window decomposed first; nothing for an op MLIR cannot
-    vectorize (a depthwise NCHW window, a gather: `transform.vectorizable`), left tiled."""
+    vectorize (a depthwise NCHW window, a gather: `programs.analysis.vectorizable`), left tiled."""
     if decomposable(op):
         return [Transform(DECOMPOSE), Transform(VECTORIZE)]
     return [Transform(VECTORIZE)] if vectorizable(op) else []

@@ -307,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
                 checked = verify_file(path, redo) if single else verify(path, redo)
                 took = f"{(time.perf_counter() - started) * 1e3:.1f} ms"
                 print(f"{path}: {'intact' if checked else 'no checksums to verify'} ({took})")
-    except (ValueError, FileNotFoundError) as exc:
+    except (Error, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0

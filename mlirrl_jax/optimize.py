@@ -84,11 +84,12 @@ def evolutionary_trials(
 
 def check_program(program: Program) -> None:
     """Refuse a program the environment's tables cannot hold, naming the limit."""
+    from mlirrl_jax.env.state import EncodingError
     from mlirrl_jax.env.table import encode_programs
 
     try:
         encode_programs([program])
-    except ValueError as exc:  # EncodingError: too many ops, loops or operands
+    except EncodingError as exc:  # too many ops, loops or operands
         raise OptimizeError(f"{program.name}: beyond the agent's limits: {exc}") from None
 
 

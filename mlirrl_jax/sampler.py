@@ -36,8 +36,8 @@ def agent_policy(run_dir: Path) -> Policy:
     """Actions sampled from the policy network of a trained agent's newest checkpoint (only
     the network: the surrogate it was trained against is not needed to act)."""
     from mlirrl_jax.agent import checkpoint
+    from mlirrl_jax.agent.config import AgentConfig
     from mlirrl_jax.agent.networks import abstract, act
-    from mlirrl_jax.agent.train import AgentConfig
 
     meta = checkpoint.load_meta(Path(run_dir))
     config = AgentConfig.from_json(meta["config"])

@@ -33,7 +33,7 @@ from mlirrl_jax.errors import Error
 from mlirrl_jax.heuristics import heuristic_schedule
 from mlirrl_jax.measure.timing import Measurement
 from mlirrl_jax.programs.ir import Program
-from mlirrl_jax.schedule import Schedule
+from mlirrl_jax.schedule import Schedule, ScheduleError
 
 log = logging.getLogger(__name__)
 
@@ -260,7 +260,7 @@ class EvolutionarySearch:
                 continue
             try:
                 actions = schedule_to_actions(self.program, variant, lanes, nearest=True)
-            except (ValueError, KeyError):  # outside the action space: not proposed
+            except ScheduleError:  # outside the action space: not proposed
                 continue
             spend(actions, variant, float(self.predict([actions])[0]), 0, "split")
         heuristic = heuristic_schedule(self.program, threads=self.threads)

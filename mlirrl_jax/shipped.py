@@ -47,11 +47,21 @@ def user_cache_dir() -> Path:
     return Path(base).expanduser() / "mlirrl-jax"
 
 
-# per machine id: the runs of the shipped agent and surrogate adapted to it (`adopted.py`)
-ADAPTED = user_data_dir() / "adapted"
+def adapted_dir() -> Path:
+    """Per machine id, the runs of the shipped agent and surrogate adapted to it
+    (`adopted.py`), in the user data directory as it is now (`$MLIRRL_HOME` read at the call,
+    not at import)."""
+    return user_data_dir() / "adapted"
+
+
 # where a checkout kept them before: still read, never written
 CHECKOUT_ADAPTED = _CHECKOUT_DATA / "adapted"
-# the measurement store every command uses unless given --store
-DEFAULT_STORE = str(user_data_dir() / "measurements.db")
+
+
+def default_store() -> str:
+    """The measurement store every command uses unless given --store (read at the call)."""
+    return str(user_data_dir() / "measurements.db")
+
+
 # where a checkout kept it before (relative to the checkout): named when it is there
 OLD_DEFAULT_STORE = "data/measurements.db"

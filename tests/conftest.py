@@ -136,10 +136,9 @@ def compilation_cache(tmp_path_factory):
 # `make test-fast` leaves out what times kernels or trains (`-m "not measures and not
 # trains and not slow"`): a test that takes the session's measurement worker measures; the
 # modules below as a whole measure or train (their fixtures do), and single tests elsewhere
-# say so with their own marker
+# say so with their own marker (`test_agent.py`'s training tests do; its logic runs fast)
 MEASURING_FIXTURES = {"runner"}
 MODULE_MARKS = {
-    "test_agent.py": "trains",
     "test_cost_model.py": "trains",
     "test_machine_features.py": "trains",
     "test_regrounding.py": "trains",

@@ -27,9 +27,10 @@ from mlirrl_jax.actions import (
 )
 from mlirrl_jax.agent import checkpoint
 from mlirrl_jax.agent.agent import Agent
+from mlirrl_jax.agent.config import AgentConfig, NetworkConfig
 from mlirrl_jax.agent.losses import compute_gae
-from mlirrl_jax.agent.networks import NetworkConfig, act, build, distribution, log_prob_entropy
-from mlirrl_jax.agent.train import AgentConfig, budget_share, make_train
+from mlirrl_jax.agent.networks import act, build, distribution, log_prob_entropy
+from mlirrl_jax.agent.train import budget_share, make_train
 from mlirrl_jax.cli import main
 from mlirrl_jax.env.jax_env import JaxEnv, sample_action, tile_mask_of
 from mlirrl_jax.env.reward import AnalyticLogTime
@@ -208,6 +209,7 @@ def straight_run():
     return history, jax.device_get(state), (trainer, iteration, reward_params)
 
 
+@pytest.mark.trains
 def test_training_on_the_analytic_reward_raises_the_return(straight_run):
     history, _, _ = straight_run
     returns = [m["mean_log_speedup"] for m in history]
@@ -215,6 +217,7 @@ def test_training_on_the_analytic_reward_raises_the_return(straight_run):
     assert np.mean(returns[-3:]) > np.mean(returns[:3]) + 0.5, returns
 
 
+@pytest.mark.trains
 def test_a_killed_run_resumes_exactly_where_it_would_have_gone(straight_run, tmp_path, capsys):
     from mlirrl_jax.agent.run import run_training
 
@@ -272,6 +275,7 @@ def test_a_killed_run_resumes_exactly_where_it_would_have_gone(straight_run, tmp
     assert "agent schedule 1/" in shown and "transform.named_sequence" in shown
 
 
+@pytest.mark.trains
 def test_train_runs_the_same_iterations_in_one_scan(straight_run):
     _, _, (trainer, iteration, reward_params) = straight_run
     trainer = replace(trainer, config=replace(trainer.config, iterations=3))
@@ -346,7 +350,8 @@ from mlirrl_jax.host_devices import use_host_devices
 assert use_host_devices(2) == 2
 from pathlib import Path
 from mlirrl_jax.agent import checkpoint
-from mlirrl_jax.agent.train import AgentConfig, make_train
+from mlirrl_jax.agent.config import AgentConfig
+from mlirrl_jax.agent.train import make_train
 from mlirrl_jax.env.reward import AnalyticLogTime
 from mlirrl_jax.env.table import encode_programs
 from mlirrl_jax.programs import suites
@@ -377,6 +382,7 @@ print("ok")
 """
 
 
+@pytest.mark.trains
 def test_two_devices_split_the_environments_and_share_the_parameters(tmp_path):
     script = tmp_path / "two.py"
     script.write_text(TWO_DEVICES)
@@ -417,6 +423,7 @@ def test_configs_refuse_bad_values_and_unknown_keys():
     assert AgentConfig.from_json(json.loads(config.dumps())) == config
 
 
+@pytest.mark.trains
 def test_a_run_can_start_from_the_shipped_agents_policy(tmp_path):
     from mlirrl_jax.agent.networks import abstract
     from mlirrl_jax.agent.run import RunError, run_training

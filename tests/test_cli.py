@@ -69,7 +69,7 @@ def test_bad_inputs_give_clear_errors(tmp_path, capsys):
 
 def test_demo_refuses_a_folder_that_holds_an_agent_run(tmp_path, capsys):
     # the demo itself (minutes of re-grounding, training and validation) is run and timed by
-    # hand (BENCHMARKS.md); its parts are tested in test_regrounding and test_validation
+    # hand (bench/results/history.md); its parts are tested in test_regrounding and test_validation
     (tmp_path / "agent" / "checkpoints").mkdir(parents=True)
     assert main(["demo", "--out", str(tmp_path)]) == 2
     assert "already holds an agent run" in capsys.readouterr().err

@@ -201,8 +201,8 @@ def test_random_bytes_in_a_checkpoint_are_refused(tmp_path, capsys):
 
 def test_a_deleted_item_of_an_old_checkpoint_is_named(tmp_path):
     """A checkpoint saved before manifests: orbax's missing item is one line naming the step."""
+    from mlirrl_jax.agent.config import AgentConfig
     from mlirrl_jax.agent.networks import abstract
-    from mlirrl_jax.agent.train import AgentConfig
 
     run = shutil.copytree(SHIPPED_AGENT, tmp_path / "run")
     (run / integrity.MANIFEST).unlink()

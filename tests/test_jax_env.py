@@ -384,7 +384,7 @@ func.func @gather(%i: tensor<1x4x17x17xf32>, %o: tensor<1x4x3x3x8x8xf32>)
 def test_ops_mlir_cannot_vectorize_are_never_offered_decompose_or_vectorize():
     """A depthwise NCHW window has no 1-D form in MLIR and a gather through `oh * 2 + kh` no
     vector form: neither is offered `decompose` or `vectorize`, tiled to 1 or not (the
-    compile would fail: `transform.vectorizable`)."""
+    compile would fail: `programs.analysis.vectorizable`)."""
     programs = [parse_program(DEPTHWISE_NCHW, "dw"), parse_program(GATHER, "gather")]
     table = encode_programs(programs)
     assert not bool(table.decomposable[0, 0]) and not bool(table.vectorizable[0, 0])

@@ -278,7 +278,8 @@ def test_an_ensembles_spread_is_its_uncertainty_and_its_mean_the_prediction(ense
 
 
 def test_the_pessimistic_reward_counts_an_unsure_schedule_as_slower(ensemble, one_program):
-    from mlirrl_jax.agent.train import AgentConfig, make_env
+    from mlirrl_jax.agent.config import AgentConfig
+    from mlirrl_jax.agent.train import make_env
     from mlirrl_jax.env.reward import AnalyticLogTime, PessimisticLogTime
 
     program, machine, threads, states = one_program

@@ -127,7 +127,7 @@ def test_strided_convolutions_are_cut_as_a_gather_and_a_contraction(tmp_path, ru
     translation of the gather. `--strided-conv direct` keeps the convolutions."""
     from mlirrl_jax.heuristics import heuristic_schedule
     from mlirrl_jax.measure.baselines import measure_xla
-    from mlirrl_jax.transform import vectorizable
+    from mlirrl_jax.programs.analysis import vectorizable
 
     source = _model_file(tmp_path, STRIDED)
     out = tmp_path / "gathered"

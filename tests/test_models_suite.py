@@ -6,8 +6,8 @@ from mlirrl_jax import splits
 from mlirrl_jax.env.table import encode_programs
 from mlirrl_jax.heuristics import heuristic_schedule
 from mlirrl_jax.programs import suites
+from mlirrl_jax.programs.analysis import decomposable, window_loops
 from mlirrl_jax.programs.ir import load_program
-from mlirrl_jax.transform import decomposable, window_loops
 
 # the published suite: a change to its programs needs a new version (models-v1)
 MODELS_V0_CONTENT_SHA256 = "03ce3b733f901cb69c0a4bd1a61bd771e01bcd8ab0145a95f3c3d5f7d453e4d6"

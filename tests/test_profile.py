@@ -57,3 +57,18 @@ def test_the_caches_live_under_mlirrl_home_when_it_is_set(tmp_path, monkeypatch)
         assert profile.cache_folder() == caches / "machine"
         assert refcache.default_folder() == caches / "reference"
         assert compilation_cache_folder() == str((caches / "xla").resolve())
+
+
+def test_the_store_and_adapted_agents_follow_mlirrl_home_as_it_is_at_the_call(
+    tmp_path, monkeypatch
+):
+    from mlirrl_jax.collect import CollectConfig
+    from mlirrl_jax.regrounding import RegroundConfig
+    from mlirrl_jax.shipped import adapted_dir, default_store
+
+    for home in (tmp_path / "one", tmp_path / "two"):
+        monkeypatch.setenv("MLIRRL_HOME", str(home))
+        assert default_store() == str(home / "measurements.db")
+        assert adapted_dir() == home / "adapted"
+        assert RegroundConfig().store == default_store()
+        assert CollectConfig().store == home / "measurements.db"

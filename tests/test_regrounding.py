@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from mlirrl_jax.agent.agent import Agent
+from mlirrl_jax.agent.config import AgentConfig
 from mlirrl_jax.agent.run import run_training
-from mlirrl_jax.agent.train import AgentConfig
 from mlirrl_jax.measure.fingerprint import machine_fingerprint
 from mlirrl_jax.regrounding import RegroundConfig, rounds
 from mlirrl_jax.shipped import SHIPPED_SURROGATE
@@ -165,7 +165,7 @@ def test_the_update_keeps_the_rounds_schedules_learnt(run):
     # the prior. This round's update is ten Adam steps on a dozen two-thread rows of
     # microsecond kernels and their anchors, and need not lower the error (measured: 0.074 ->
     # 0.028 on one machine, 0.042 -> 0.047 and 0.205 -> 0.249 on others); what updates of
-    # real size learn is measured by the re-grounding runs in BENCHMARKS.
+    # real size learn is measured by the re-grounding runs in bench/results/history.md.
     assert errors[1] < max(1.5 * errors[0], 0.1), errors
     # the updated surrogate names its lineage: the prior, and this machine's rows
     assert updated.meta["prior"]["params_sha256"] == prior.identity["params_sha256"]

@@ -169,3 +169,20 @@ def test_each_phase_has_its_own_time_limit_and_names_it(matmul, tmp_path, monkey
         assert m.error.startswith("kernel run (first call and timing) not done within 0.1 s")
         assert runner.last_reference["source"] == "computed"
         assert m.median_s is None and not m.verified
+
+
+def test_a_runner_pins_its_workers_to_its_cores_and_leaves_the_environment_alone(matmul):
+    import os
+
+    from mlirrl_jax.measure.gate import MEASURE_CPUS
+
+    core = max(os.sched_getaffinity(0))
+    before = dict(os.environ)
+    with Runner(cpus=(core,)) as runner:
+        quick = TimingMethod(min_repeats=3, min_time_s=0.01)
+        assert runner.measure(matmul, method=quick).ok
+        assert os.sched_getaffinity(runner._worker.process.pid) == {core}
+    assert dict(os.environ) == before and MEASURE_CPUS not in os.environ
+    with Runner() as free:  # the default: this process's cores
+        assert free.measure(matmul, method=quick).ok
+        assert os.sched_getaffinity(free._worker.process.pid) == os.sched_getaffinity(0)

@@ -14,6 +14,7 @@ from mlirrl_jax.heuristics import (
 from mlirrl_jax.measure.fingerprint import vector_lanes
 from mlirrl_jax.measure.timing import TimingMethod
 from mlirrl_jax.programs import generate as g
+from mlirrl_jax.programs.analysis import packable_inputs, window_loops
 from mlirrl_jax.programs.ir import Program, parse_program
 from mlirrl_jax.schedule import (
     DECOMPOSE,
@@ -27,7 +28,7 @@ from mlirrl_jax.schedule import (
     ScheduleError,
     Transform,
 )
-from mlirrl_jax.transform import packable_inputs, transform_script, window_loops
+from mlirrl_jax.transform import transform_script
 
 QUICK = TimingMethod(min_repeats=1, min_time_s=0.0)
 

@@ -215,7 +215,7 @@ def test_each_thread_count_takes_the_agent_adapted_to_it(tmp_path, monkeypatch, 
     from mlirrl_jax.adopted import runs_for_threads
     from mlirrl_jax.validation import Validation, ValidationConfig, ValidationError, agents_line
 
-    monkeypatch.setattr(adopted, "ADAPTED", tmp_path / "adapted")
+    monkeypatch.setenv("MLIRRL_HOME", str(tmp_path / "home"))  # read at each call
     monkeypatch.setattr(adopted, "CHECKOUT_ADAPTED", tmp_path / "checkout-adapted")
     assert adopted.default_agent_run(2) == SHIPPED_AGENT  # nothing adapted here yet
     one, two = tmp_path / "one", tmp_path / "two"

@@ -17,10 +17,11 @@ import numpy as np
 
 from mlirrl_jax import integrity
 from mlirrl_jax.agent import checkpoint
+from mlirrl_jax.agent.config import AgentConfig
 from mlirrl_jax.agent.evaluate import Evaluator
 from mlirrl_jax.agent.networks import abstract
 from mlirrl_jax.agent.surrogate import Surrogate, load_surrogate
-from mlirrl_jax.agent.train import AgentConfig, make_env
+from mlirrl_jax.agent.train import make_env
 from mlirrl_jax.env.replay import replay
 from mlirrl_jax.env.table import encode_programs
 from mlirrl_jax.errors import ConfigError

@@ -25,7 +25,6 @@ Used in the functional style: `nnx.split` once, then plain `jit` over the parame
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
 
 import jax
 import jax.numpy as jnp
@@ -36,34 +35,13 @@ from mlirrl_jax.actions import (
     USES_POINTER,
     USES_TILES,
 )
+from mlirrl_jax.agent.config import NetworkConfig
 from mlirrl_jax.env.jax_env import tile_mask_of
 from mlirrl_jax.env.observation import CANDIDATE_OBS, LOOP_OBS, OP_OBS, Observation
-from mlirrl_jax.errors import ConfigError
 
 MASKED = -1e9
 CONTEXT = 5  # the context's width in tokens: the current op, the ops' and loops' mean and max
 LOGIT_CAP = 30.0  # logits are soft-capped to +-30, so MASKED lies far below every legal one
-
-
-@dataclass(frozen=True)
-class NetworkConfig:
-    """The policy network's shape."""
-
-    width: int = 32
-    """Size of the op and loop tokens."""
-    mixing: str = "deepsets"
-    """How tokens see each other: "attention" (self-attention) or "deepsets" (mean and max)."""
-    heads: int = 2
-    """Attention heads, where mixing is "attention"."""
-
-    def __post_init__(self):
-        if self.mixing not in ("attention", "deepsets"):
-            raise ConfigError(f"mixing must be 'attention' or 'deepsets', got {self.mixing!r}")
-        if self.width < 1:
-            raise ConfigError("network widths must be positive")
-
-    def to_json(self) -> dict:
-        return asdict(self)
 
 
 def _masked_mean_max(x: jax.Array, valid: jax.Array) -> jax.Array:

@@ -20,11 +20,12 @@ import jax
 import numpy as np
 
 from mlirrl_jax.agent import checkpoint
+from mlirrl_jax.agent.config import AgentConfig
 from mlirrl_jax.agent.evaluate import Evaluator, geomean_speedup
 from mlirrl_jax.agent.networks import abstract
 from mlirrl_jax.agent.report import format_summary, save_learning_curve
 from mlirrl_jax.agent.surrogate import Surrogate, check_this_machine, load_surrogate
-from mlirrl_jax.agent.train import AgentConfig, TrainingState, budget_share, make_train, optimizer
+from mlirrl_jax.agent.train import TrainingState, budget_share, make_train, optimizer
 from mlirrl_jax.env.table import encode_programs
 from mlirrl_jax.errors import Error
 from mlirrl_jax.measure.fingerprint import machine_fingerprint

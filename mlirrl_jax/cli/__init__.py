@@ -34,7 +34,7 @@ from mlirrl_jax.cli import (
 from mlirrl_jax.errors import Error
 from mlirrl_jax.interrupt import stop_on_ctrl_c
 from mlirrl_jax.runfolder import command_line, has_checkpoint
-from mlirrl_jax.shipped import DEFAULT_STORE, OLD_DEFAULT_STORE
+from mlirrl_jax.shipped import OLD_DEFAULT_STORE, default_store
 from mlirrl_jax.util.progress import show_progress
 
 COMMANDS = (
@@ -72,24 +72,23 @@ def _configure_logging(args: argparse.Namespace) -> None:
     level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(message)s"))
-    for name in ("mlirrl_jax", "cost_model"):
-        logger = logging.getLogger(name)
-        logger.handlers[:] = [handler]
-        logger.setLevel(level)
-        logger.propagate = False
+    logger = logging.getLogger("mlirrl_jax")
+    logger.handlers[:] = [handler]
+    logger.setLevel(level)
+    logger.propagate = False
 
 
 def _name_an_old_default_store(args: argparse.Namespace) -> None:
     """Say so where a checkout holds a store at the old default place and the command would
     use the new one (the per-user data directory) without being told."""
-    given = getattr(args, "store", None)
-    if (given in (None, DEFAULT_STORE)) and Path(OLD_DEFAULT_STORE).is_file():
-        if not Path(DEFAULT_STORE).exists():
+    given, default = getattr(args, "store", None), default_store()
+    if (given in (None, default)) and Path(OLD_DEFAULT_STORE).is_file():
+        if not Path(default).exists():
             logging.getLogger("mlirrl_jax").warning(
                 "%s is no longer the default store (now %s, or $MLIRRL_HOME/measurements.db): "
                 "pass --store %s to use it, or move it there",
                 OLD_DEFAULT_STORE,
-                DEFAULT_STORE,
+                default,
                 OLD_DEFAULT_STORE,
             )
 
@@ -103,7 +102,7 @@ def _full_disk(exc: Exception, args: argparse.Namespace) -> str | None:
         path = exc.filename or getattr(args, "out", None) or getattr(args, "store", None)
     elif isinstance(exc, sqlite3.OperationalError) and "disk is full" in str(exc):
         why = "no space left on device"
-        path = getattr(args, "store", None) or DEFAULT_STORE  # train's default store
+        path = getattr(args, "store", None) or default_store()  # train's default store
     else:
         return None
     again = "rerun"

@@ -18,7 +18,7 @@ from mlirrl_jax.cli.options import (
     worker_settings,
 )
 from mlirrl_jax.errors import ConfigError
-from mlirrl_jax.shipped import DEFAULT_STORE
+from mlirrl_jax.shipped import default_store
 
 FIELDS = (
     "suite",
@@ -38,7 +38,7 @@ FIELDS = (
 def register(sub) -> None:
     p = sub.add_parser("collect", help="measure sampled schedules into the measurement store")
     p.add_argument(
-        "--store", default=DEFAULT_STORE, help=f"the measurement store ({DEFAULT_STORE})"
+        "--store", default=default_store(), help=f"the measurement store ({default_store()})"
     )
     p.add_argument(
         "--split",

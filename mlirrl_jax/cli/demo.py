@@ -17,7 +17,7 @@ from mlirrl_jax.cli.options import (
 from mlirrl_jax.demo import DemoConfig, demo_programs, methods_without_result, run_demo
 from mlirrl_jax.errors import ConfigError
 from mlirrl_jax.runfolder import has_checkpoint, run_folder
-from mlirrl_jax.shipped import DEFAULT_STORE
+from mlirrl_jax.shipped import default_store
 
 FIELDS = ("minutes", "rounds", "real_budget", "iterations")
 
@@ -35,7 +35,7 @@ def register(sub) -> None:
         FIELDS,
         types={"minutes": POSITIVE_FLOAT, "real_budget": POSITIVE_INT, "iterations": POSITIVE_INT},
     )
-    p.add_argument("--store", default=DEFAULT_STORE, help="this machine's measurement store")
+    p.add_argument("--store", default=default_store(), help="this machine's measurement store")
     p.add_argument("--threads", type=thread_counts, default=(1,), help="validation threads (1)")
     p.add_argument("--budget", type=POSITIVE_INT, default=4, help="k of the validation (4)")
     add_worker_options(p)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from mlirrl_jax.cli.options import add_field_flags, given, thread_counts
 from mlirrl_jax.errors import ConfigError
-from mlirrl_jax.shipped import DEFAULT_STORE
+from mlirrl_jax.shipped import default_store
 
 TRAIN_FIELDS = (
     "epochs",
@@ -29,7 +29,7 @@ MODEL_FIELDS = ("op_width", "heads", "members")
 def register(sub) -> None:
     p = sub.add_parser("fit-cost-model", help="train the surrogate on a measurement store")
     p.add_argument(
-        "--store", default=DEFAULT_STORE, help=f"the measurement store ({DEFAULT_STORE})"
+        "--store", default=default_store(), help=f"the measurement store ({default_store()})"
     )
     p.add_argument("--out", default=f"runs/cost-model-{time.strftime('%Y%m%d-%H%M%S')}")
     p.add_argument("--machine", help="machine id whose measurements to use (default: this one)")

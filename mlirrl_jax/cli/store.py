@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mlirrl_jax.shipped import DEFAULT_STORE
+from mlirrl_jax.shipped import default_store
 
 
 def register(sub) -> None:
@@ -19,7 +19,7 @@ def register(sub) -> None:
     p.add_argument("--title", default="Measurement dataset")
     p.add_argument("--command", help="the command that collected the data, for the card")
     p.add_argument(
-        "--store", default=DEFAULT_STORE, help=f"the measurement store ({DEFAULT_STORE})"
+        "--store", default=default_store(), help=f"the measurement store ({default_store()})"
     )
     p.add_argument("--allow-other-machines", action="store_true")
     p.set_defaults(func=run)

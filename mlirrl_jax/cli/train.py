@@ -65,7 +65,7 @@ def run(args) -> int:
 
 def _agent_config(args):
     """The run's AgentConfig: --config, else --init-agent's, with the flags that change it."""
-    from mlirrl_jax.agent.train import AgentConfig
+    from mlirrl_jax.agent.config import AgentConfig
 
     config = (
         AgentConfig.from_json(json.loads(Path(args.config).read_text())) if args.config else None

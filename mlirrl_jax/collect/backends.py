@@ -14,7 +14,6 @@ from mlirrl_jax.errors import ConfigError
 from mlirrl_jax.measure.gate import TimingGate
 from mlirrl_jax.measure.runner import Runner
 from mlirrl_jax.measure.timing import Measurement
-from mlirrl_jax.measure.worker import MEASURE_CPUS
 
 log = logging.getLogger(__name__)
 
@@ -100,10 +99,11 @@ def local_backend(config: CollectConfig) -> Backend:
     """Measurement worker processes on this machine (`local_workers` of them), pinned to
     `config.measure_cpus` when given, sharing one timing gate unless `config.gate` is off."""
     count = local_workers(config.workers, config.threads, config.measure_cpus, config.gate)
-    if config.measure_cpus:
-        os.environ[MEASURE_CPUS] = ",".join(str(c) for c in sorted(set(config.measure_cpus)))
     gate = TimingGate() if config.gate else None
-    runners = [Runner(config.timeout_s, config.mem_limit_mb, gate=gate) for _ in range(count)]
+    runners = [
+        Runner(config.timeout_s, config.mem_limit_mb, gate=gate, cpus=config.measure_cpus)
+        for _ in range(count)
+    ]
     measurers = [lambda task, r=runner: measure_task(r, task, config) for runner in runners]
     return Backend(
         measurers, lambda: [r.close() for r in runners], lambda: [r.abort() for r in runners]

@@ -13,7 +13,7 @@ from mlirrl_jax.measure.runner import DEFAULT_MEM_LIMIT_MB
 from mlirrl_jax.measure.timing import ADAPTIVE, TimingMethod
 from mlirrl_jax.programs.ir import Program
 from mlirrl_jax.schedule import Schedule
-from mlirrl_jax.shipped import DEFAULT_STORE
+from mlirrl_jax.shipped import default_store
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ class BackendError(Error, ValueError):
 class CollectConfig:
     """What one collection job measures, and how."""
 
-    store: Path = Path(DEFAULT_STORE)  # the SQLite measurement store
+    store: Path = field(default_factory=lambda: Path(default_store()))  # the SQLite store
     suite: str = "dl-v0"  # built-in suite to sample programs from
     split: str = "train"  # split whose programs get sampled schedules
     budget: int | None = None  # stop when the store holds this many rows for the split here

@@ -22,9 +22,9 @@ from mlirrl_jax.actions import (
     ENDS_OP,
     INTERCHANGE,
     KIND_INDEX,
+    MAX_EPISODE_STEPS,
     MAX_LOOPS,
     MAX_OPS,
-    MAX_STEPS_PER_OP,
     MAX_TILE_LEVELS,
     MAY_FOLLOW,
     N_KINDS,
@@ -53,8 +53,6 @@ from mlirrl_jax.env.observation import (
 )
 from mlirrl_jax.env.reward import Reward, RewardParams, TerminalReward
 from mlirrl_jax.env.state import EnvState, ProgramTable, initial_state
-
-MAX_EPISODE_STEPS = MAX_OPS * MAX_STEPS_PER_OP  # the grammar ends every episode by then
 
 
 @struct.dataclass
@@ -114,7 +112,7 @@ def action_mask(table: ProgramTable, state: EnvState) -> ActionMask:
     legal = legal.at[INTERCHANGE].set(in_interchange | (free & (alive.sum() >= 2)))
     legal = legal.at[TILE].set(free & (state.n_tiles[c] < MAX_TILE_LEVELS) & jnp.any(fits))
     # MLIR decomposes only named 2-D windows, and vectorizes a window only once decomposed (or
-    # a depthwise NCHW window, a gather, not at all: `transform.vectorizable`)
+    # a depthwise NCHW window, a gather, not at all: `programs.analysis.vectorizable`)
     decomposable = table.decomposable[p, c]
     legal = legal.at[DECOMPOSE].set(free & decomposable & ~state.interchanged[c] & jnp.any(unit))
     legal = legal.at[VECTORIZE].set(

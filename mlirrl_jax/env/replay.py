@@ -35,9 +35,9 @@ from mlirrl_jax.actions import (
     tile_candidates,
 )
 from mlirrl_jax.env.state import CONTENT_FIELDS, EnvState, check_fits
+from mlirrl_jax.programs.analysis import window_loops
 from mlirrl_jax.programs.ir import Program
 from mlirrl_jax.schedule import Schedule, ScheduleError, Transform
-from mlirrl_jax.transform import window_loops
 
 # The schedule's content (`CONTENT_FIELDS`: a function of the Schedule alone) plus the step
 # grammar's bookkeeping, which also depends on the no-op choices made.
@@ -275,7 +275,8 @@ def schedule_to_actions(
 ) -> list[np.ndarray]:
     """An action sequence that builds `schedule` (grammar order, sizes among the candidates
     offered for vectors of `lanes`, default this machine's). A size not offered is an error,
-    or with `nearest` the offered size closest to it in ratio (a schedule like it)."""
+    or with `nearest` the offered size closest to it in ratio (a schedule like it); a step
+    outside the action space is a ScheduleError too."""
     kinds = {
         "tile_parallel": TILE_PARALLEL,
         "tile_fuse": TILE_FUSE,
@@ -291,6 +292,11 @@ def schedule_to_actions(
             if t.kind == "interchange":
                 for loop in t.permutation[:-1]:
                     actions.append(encode_action(INTERCHANGE, pointer=loop))
+            elif t.kind not in kinds:
+                raise ScheduleError(
+                    f"op {op.id}: {t.kind!r} is outside the action space (its steps: "
+                    f"{', '.join(kinds)}, interchange)"
+                )
             else:
                 actions.append(
                     encode_action(

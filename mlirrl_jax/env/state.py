@@ -61,9 +61,13 @@ class ProgramTable:
     operand_bytes: jax.Array  # (P, MAX_OPS, MAX_OPERANDS) float32
     operand_is_output: jax.Array  # (P, MAX_OPS, MAX_OPERANDS) bool
     stride: jax.Array  # (P, MAX_OPS, MAX_OPERANDS, MAX_LOOPS) float32: bytes a loop step moves
-    packable: jax.Array  # (P, MAX_OPS) bool: `pack` applies (transform.packable_inputs)
-    decomposable: jax.Array  # (P, MAX_OPS) bool: `decompose` applies (transform.decomposable)
-    vectorizable: jax.Array  # (P, MAX_OPS) bool: vectorizes undecomposed (transform.vectorizable)
+    packable: jax.Array  # (P, MAX_OPS) bool: `pack` applies (programs.analysis.packable_inputs)
+    decomposable: (
+        jax.Array
+    )  # (P, MAX_OPS) bool: `decompose` applies (programs.analysis.decomposable)
+    vectorizable: (
+        jax.Array
+    )  # (P, MAX_OPS) bool: vectorizes undecomposed (programs.analysis.vectorizable)
     vector_lanes: jax.Array  # (P,) int32: f32 lanes of the vectors the candidates are made for
     machine: jax.Array  # (P, len(MACHINE_FIELDS)) float32: the profile of the machine it runs on
     threads: jax.Array  # (P,) int32: threads per kernel

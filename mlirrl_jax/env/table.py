@@ -23,8 +23,8 @@ from mlirrl_jax.env.state import (
     check_fits,
 )
 from mlirrl_jax.measure.profile import MachineProfile, this_machine_profile
+from mlirrl_jax.programs.analysis import decomposable, packable_inputs, vectorizable, window_loops
 from mlirrl_jax.programs.ir import Program
-from mlirrl_jax.transform import decomposable, packable_inputs, vectorizable, window_loops
 
 _BYTES = {"f16": 2, "bf16": 2, "f32": 4, "f64": 8, "i8": 1, "i16": 2, "i32": 4, "i64": 8}
 

@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterator
 
 from mlirrl_jax.measure.child import Child
 
+MEASURE_CPUS = "MLIRRL_MEASURE_CPUS"  # cores (comma-separated) a worker pins itself to
+
 
 class GateAborted(RuntimeError):
     """The runner waiting for the gate was aborted."""

@@ -22,7 +22,7 @@ import time
 from mlirrl_jax.errors import ConfigError
 from mlirrl_jax.measure.child import Child
 from mlirrl_jax.measure.fingerprint import fingerprint
-from mlirrl_jax.measure.gate import GateAborted, TimingGate
+from mlirrl_jax.measure.gate import MEASURE_CPUS, GateAborted, TimingGate
 from mlirrl_jax.measure.timing import Measurement, TimingMethod
 from mlirrl_jax.programs.ir import Program
 from mlirrl_jax.schedule import Schedule, ScheduleError
@@ -48,13 +48,16 @@ TIMEOUT_ERRORS = {
 }
 
 
-def _worker(mem_limit_mb: int) -> Child:
-    """A kernels' worker process (`mlirrl_jax.measure.worker`), limiting its own memory."""
+def _worker(mem_limit_mb: int, cpus: tuple[int, ...] | None = None) -> Child:
+    """A kernels' worker process (`mlirrl_jax.measure.worker`), limiting its own memory and,
+    with `cpus`, pinned to those cores."""
     env = dict(
         os.environ,
         OPENBLAS_NUM_THREADS="1",
         OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
     )
+    if cpus:
+        env[MEASURE_CPUS] = ",".join(str(c) for c in sorted(set(cpus)))
     return Child(
         lambda r, w: ["-m", "mlirrl_jax.measure.worker", str(r), str(w), str(mem_limit_mb)], env
     )
@@ -71,9 +74,11 @@ class Runner:
         compile_timeout_s: float = DEFAULT_COMPILE_TIMEOUT_S,
         reference_timeout_s: float = DEFAULT_REFERENCE_TIMEOUT_S,
         gate: TimingGate | None = None,
+        cpus: tuple[int, ...] | None = None,
     ):
         """`gate`: shared with the other runners of a job, so that one kernel is timed at a
-        time, with the other workers off its cores or paused (`measure.gate`)."""
+        time, with the other workers off its cores or paused (`measure.gate`). `cpus`: the
+        cores its workers are pinned to (default: this process's)."""
         self.timeout_s = timeout_s  # the kernel's run
         self.compile_timeout_s = compile_timeout_s
         self.reference_timeout_s = reference_timeout_s
@@ -86,6 +91,7 @@ class Runner:
         self._lock = threading.Lock()  # abort() against a worker being started
         self._aborted = False
         self.gate = gate
+        self.cpus = tuple(cpus) if cpus else None
 
     def __enter__(self) -> Runner:
         return self
@@ -121,7 +127,7 @@ class Runner:
             if self._worker is None or self._worker.process.poll() is not None:
                 if self._worker is not None:
                     self._worker.kill()
-                self._worker = _worker(self.mem_limit_mb)
+                self._worker = _worker(self.mem_limit_mb, self.cpus)
                 self.workers_started += 1
                 if self.gate is not None:
                     self.gate.join(self, self._worker)
@@ -261,14 +267,3 @@ def timeout_phase(record: Measurement) -> str | None:
         if record.error.startswith(error.split("{")[0]):
             return phase
     return None
-
-
-_default_runner: Runner | None = None
-
-
-def measure(program: Program, schedule: Schedule | None = None, **kwargs) -> Measurement:
-    """Measure with a process-wide runner (see `Runner.measure`)."""
-    global _default_runner
-    if _default_runner is None:
-        _default_runner = Runner()
-    return _default_runner.measure(program, schedule, **kwargs)

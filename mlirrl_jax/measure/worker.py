@@ -24,7 +24,7 @@ from multiprocessing.connection import Connection
 import numpy as np
 
 from mlirrl_jax.measure.compile import CompileError, compile_kernel
-from mlirrl_jax.measure.gate import confine
+from mlirrl_jax.measure.gate import MEASURE_CPUS, confine
 from mlirrl_jax.measure.refcache import MIN_STORED_S, ReferenceCache
 from mlirrl_jax.measure.reference import (
     NUMPY_TYPES,
@@ -37,7 +37,6 @@ from mlirrl_jax.measure.reference import (
 from mlirrl_jax.measure.timing import TimingMethod, nan_filled, time_calls
 from mlirrl_jax.programs.ir import Program
 
-MEASURE_CPUS = "MLIRRL_MEASURE_CPUS"  # cores (comma-separated) a worker pins itself to
 _CACHE_LIMIT = 8  # programs whose inputs and reference outputs stay cached in memory
 
 

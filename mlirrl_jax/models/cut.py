@@ -216,11 +216,12 @@ def program_text(ops: list, name: str = "layer") -> tuple[str, list]:
 
 def _within_limits(program: Program) -> str | None:
     """None if the environment's tables hold the program, else why not."""
+    from mlirrl_jax.env.state import EncodingError
     from mlirrl_jax.env.table import encode_programs
 
     try:
         encode_programs([program])
-    except ValueError as exc:
+    except EncodingError as exc:
         return str(exc)
     return None
 

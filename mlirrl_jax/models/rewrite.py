@@ -4,7 +4,7 @@ MLIR's vectorizer turns a 2-D convolution into 1-D ones (`decompose`) and vector
 the window walks its row with a stride, it can only do so one output element at a time, so a
 strided convolution runs several times slower per FLOP than the same shape with stride 1
 (ResNet-18's 7x7/2 stem: 10.2 ms at best against 2.2 ms for a 3x3/1 convolution of the same
-FLOPs, `BENCHMARKS.md`). Written as two ops it has no strided window left:
+FLOPs, `bench/results/history.md`). Written as two ops it has no strided window left:
 
 - a gather (`linalg.generic`, a copy): `col[n, c, kh, kw, oh, ow] = in[n, c, oh*sh + kh*dh,
   ow*sw + kw*dw]`, the input's patches laid out with the output's rows contiguous (im2col);
@@ -85,7 +85,7 @@ def default_min_row() -> int:
     63f92bffe2fc (AVX-512, 16 lanes) ResNet-18's 3x3/2 convolutions ran 1.56-1.70 ms gathered
     against 2.97-3.30 ms direct at rows of 14 and 28, but 8.3 ms against 3.8 ms at 7: a row
     shorter than the vector leaves most lanes idle, where the direct form's 1-D convolutions
-    vectorize over the filters (BENCHMARKS.md, "Whole models")."""
+    vectorize over the filters (bench/results/history.md, "Whole models")."""
     from mlirrl_jax.measure.fingerprint import vector_lanes
 
     return max(1, vector_lanes() // 2)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
 
 from mlirrl_jax.errors import ConfigError
-from mlirrl_jax.shipped import DEFAULT_STORE
+from mlirrl_jax.shipped import default_store
 
 SELECTIONS = ("uncertain_gain", "gain", "uniform")
 UPDATES = ("measured", "anchored", "residual")
@@ -73,7 +73,7 @@ class RegroundConfig:
     baseline."""
     max_mflops: float = 400.0
     """Only programs of at most this many MFLOP are measured (a measurement's time)."""
-    store: str = DEFAULT_STORE
+    store: str = field(default_factory=default_store)
     """The measurement store; only this machine's rows are read and written."""
     threads: int = 1
     """Threads per measured kernel: the rounds measure, learn from and track only this

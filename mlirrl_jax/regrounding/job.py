@@ -14,8 +14,8 @@ import jax
 import numpy as np
 
 from mlirrl_jax.agent.agent import Agent
+from mlirrl_jax.agent.config import AgentConfig
 from mlirrl_jax.agent.surrogate import Surrogate, load_surrogate
-from mlirrl_jax.agent.train import AgentConfig
 from mlirrl_jax.budget import TimeBudget
 from mlirrl_jax.env.replay import state_of_schedule
 from mlirrl_jax.errors import ConfigError
@@ -342,17 +342,21 @@ class Regrounding:
         return planned
 
     def _rows(self, programs: list[Program]) -> Dataset | None:
+        hashes = {p.hash for p in programs}
         with MeasurementStore(self.config.store) as store:
-            try:
-                return load_dataset(
-                    store,
-                    self.machine,
-                    threads=self.config.threads,
-                    programs={p.hash for p in programs},
-                    table_programs=self.programs,
-                )
-            except ValueError:
-                return None
+            if not any(
+                r["threads"] == self.config.threads
+                for h in hashes
+                for r in store.rows(machine_id=self.machine, status="ok", program_hash=h)
+            ):
+                return None  # nothing verified of these programs here yet
+            return load_dataset(
+                store,
+                self.machine,
+                threads=self.config.threads,
+                programs=hashes,
+                table_programs=self.programs,
+            )
 
     def _score_and_update(
         self, round_: int, planned: list[Planned], model: CostModel, surrogate, folder: Path
