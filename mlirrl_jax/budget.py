@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from mlirrl_jax.errors import ConfigError
+from mlirrl_jax.runfolder import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +82,6 @@ class TimeBudget:
         }
 
     def save(self, path: Path) -> None:
-        from mlirrl_jax.runfolder import write_atomic
-
         write_atomic(Path(path), json.dumps(self.to_json(), indent=1))
 
     def summary(self) -> str:

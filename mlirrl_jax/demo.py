@@ -23,6 +23,7 @@ from mlirrl_jax.budget import TimeBudget
 from mlirrl_jax.measure.runner import DEFAULT_MEM_LIMIT_MB, DEFAULT_TIMEOUT_S
 from mlirrl_jax.programs.ir import Program, load_program
 from mlirrl_jax.records import ValidationRow
+from mlirrl_jax.runfolder import write_atomic
 from mlirrl_jax.shipped import default_store
 
 log = logging.getLogger(__name__)
@@ -177,7 +178,7 @@ def run_demo(out_dir: Path, programs: list[Program], config: DemoConfig) -> tupl
     budget.save(out_dir / "budget.json")
     text = budget.summary()
     report = out_dir / "validation.md"
-    report.write_text(report.read_text() + "\n## Time budget\n\n" + text + "\n")
+    write_atomic(report, report.read_text() + "\n## Time budget\n\n" + text + "\n")
     log.info("whole pipeline in %.1f min\n%s", budget.elapsed() / 60, text)
     return rows, summary
 
