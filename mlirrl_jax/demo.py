@@ -7,7 +7,7 @@ It plans to a time budget (`DemoConfig.minutes`) from the rates it measures as i
 cuts in this order (each cut is logged, printed with the report and kept in `budget.json`):
 1. re-grounding, which ends by `ADAPT_SHARE` of the budget: a round's measuring stops in time
    for its update (the least needed measurements go first), and a round that would not end
-   by then is not started (`Regrounding.due`);
+   by then is not started (`regrounding.measure.RoundMeasurer`);
 2. validation, which ends with the budget: a program is measured only if it is expected to
    end in time, at the mean time of those before it (the first always is).
 Start-up, the first round's choosing and updates, the training after the rounds and the
