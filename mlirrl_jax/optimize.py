@@ -5,7 +5,8 @@ distinct schedules by the surrogate, measures the top k for real beside the unsc
 and the heuristic schedule (all verified against the reference), and writes into `out` the best
 schedule's JSON (`schedule.json`), its Transform-dialect script (`transform.mlir`), the
 transformed kernel (`transformed.mlir`), every measurement (`measurements.jsonl`) and, last,
-`summary.json`, each file whole or not at all. When the unscheduled program's run exceeds the
+`summary.json`, each file whole or not at all. The methods are strategies of
+`mlirrl_jax.strategies`, measured by its `measure_candidates`. When the unscheduled program's run exceeds the
 time limit (a batch-256 layer can take tens of seconds a run), the schedules are still measured
 and ranked by their own times, and the summary says that there is no speedup over it. The
 kernel and the agent's run are checked before JAX starts (this module imports it only then), so
@@ -26,7 +27,6 @@ from pathlib import Path
 
 from mlirrl_jax.adopted import default_agent_run
 from mlirrl_jax.errors import Error
-from mlirrl_jax.heuristics import heuristic_schedule
 from mlirrl_jax.measure.fingerprint import machine_fingerprint
 from mlirrl_jax.measure.runner import (
     DEFAULT_COMPILE_TIMEOUT_S,
@@ -35,11 +35,19 @@ from mlirrl_jax.measure.runner import (
     Runner,
     timeout_phase,
 )
-from mlirrl_jax.measure.timing import Measurement, TimingMethod
+from mlirrl_jax.measure.timing import TimingMethod
 from mlirrl_jax.programs.ir import Program, load_program
 from mlirrl_jax.records import OptimizeSummary, Ranked
 from mlirrl_jax.runfolder import check_inputs, write_atomic
 from mlirrl_jax.schedule import Schedule
+from mlirrl_jax.strategies import (
+    Measured,
+    Method,
+    Proposing,
+    Searching,
+    measure_candidates,
+    registry,
+)
 from mlirrl_jax.transform import transform_script
 
 SEARCHES = ("none", "evolutionary")
@@ -49,37 +57,16 @@ class OptimizeError(Error, ValueError):
     """Input `optimize` cannot take (no agent, a program beyond the environment's limits)."""
 
 
-def evolutionary_trials(
-    program, agent, runner, threads, method, base, budget, seed, say, known=()
-) -> list:
-    """The evolutionary search's trials as (source, measurement, predicted speedup), from the
-    agent's surrogate (the analytic stand-in has nothing to fine-tune: refused). `known`: every
-    (schedule, measurement) pair the job measured already at `threads` (the heuristic's, the
-    agent's), the search's first parents: never measured again nor credited to the search."""
-    from mlirrl_jax.search import EvolutionarySearch, EvolutionConfig
+def search_surrogate(agent):
+    """The cost model a search starts from: the agent's (the analytic stand-in has nothing to
+    fine-tune: refused)."""
     from mlirrl_jax.surrogate.api import CostModel
 
     if not agent.surrogate.path or agent.surrogate.path == "analytic":
         raise OptimizeError(
             "the evolutionary search needs the agent's surrogate to be a cost model"
         )
-    search = EvolutionarySearch(
-        program,
-        CostModel.load(agent.surrogate.path),
-        threads,
-        EvolutionConfig(budget=budget, seed=seed),
-    )
-    say(f"  evolutionary search, {budget} measurements:")
-    result = search.run(
-        lambda s: runner.measure(program, s, threads=threads, method=method),
-        baseline=base if base.ok and base.verified else None,
-        progress=say,
-        known=list(known),
-    )
-    return [
-        (f"evolutionary {i}", t.measurement, t.predicted_speedup)
-        for i, t in enumerate(result.trials, 1)
-    ]
+    return CostModel.load(agent.surrogate.path)
 
 
 def check_program(program: Program) -> None:
@@ -143,11 +130,20 @@ def optimize(
     # the heuristic's schedule is measured anyway: with a known start it joins the proposals
     # beside `budget` others, so that the agent's budget goes to new schedules
     wanted = budget + 1 if start == "known" else budget
-    proposals = agent.proposals([program], wanted, start, seed, threads=threads)[0]
-    heuristic = heuristic_schedule(program, threads)
-    proposals = [s for s in proposals if s.schedule.hash != heuristic.hash][:budget]
+    ctx = Proposing([program], threads, wanted, seed, agent, start)
+    strategies = registry()
+    heuristic = strategies[Method.HEURISTIC].propose(ctx)[0]
+    proposals = {
+        Method.HEURISTIC: heuristic,
+        Method.AGENT_TOPK: [
+            c
+            for c in strategies[Method.AGENT_TOPK].propose(ctx)[0]
+            if c.schedule.hash != heuristic[0].schedule.hash
+        ][:budget],
+    }
+    searches = [Method.EVOLUTIONARY] if search == "evolutionary" else []
+    surrogate = search_surrogate(agent) if searches else None
     method = TimingMethod(seed=seed)
-    measured: list[tuple[str, Measurement, float | None]] = []
     with Runner(
         timeout_s,
         mem_limit_mb,
@@ -165,23 +161,14 @@ def optimize(
             say(f"  {baseline_note}")
         elif not base.ok:
             raise OptimizeError(f"{program.name}: the unscheduled program failed: {base.summary()}")
-        tuned = runner.measure(program, heuristic, threads=threads, method=method)
-        measured.append(("heuristic", tuned, None))
-        say(f"  heuristic: {tuned.summary()}")
-        for rank, scored in enumerate(proposals, 1):
-            m = runner.measure(program, scored.schedule, threads=threads, method=method)
-            origin = "" if scored.origin == "agent" else f", {scored.origin}"
-            measured.append((f"agent {rank}{origin}", m, scored.predicted_speedup))
-            say(
-                f"  agent {rank}/{len(proposals)} (predicted {scored.predicted_speedup:.2f}x"
-                f"{origin}): {m.summary()}{'' if m.verified or not m.ok else ' NOT VERIFIED'}"
-            )
-        if search == "evolutionary":
-            schedules = [heuristic, *(scored.schedule for scored in proposals)]
-            known = [(s, m) for s, (_, m, _) in zip(schedules, measured, strict=True)]
-            measured += evolutionary_trials(
-                program, agent, runner, threads, method, base, search_budget, seed, say, known
-            )
+        once = Measured.on(runner, program, threads, method)
+        # the search starts from every schedule measured before it: the best of everything
+        searching = Searching(program, threads, search_budget, seed, base, surrogate, say)
+        trials = measure_candidates(once, proposals, searches, searching, say=say)
+    tuned = trials[Method.HEURISTIC][0].measurement
+    measured = [
+        (t.source, t.measurement, t.candidate.predicted) for found in trials.values() for t in found
+    ]
     good = [(name, m) for name, m, _ in measured if m.ok and m.verified and m.median_s]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

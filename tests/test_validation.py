@@ -37,7 +37,8 @@ def validated(agent, matmul, mm_bias_relu, tmp_path_factory):
         agent,
         [matmul, mm_bias_relu],
         out,
-        ValidationConfig(**SMALL, store=str(store)),
+        # a strategy measured beside the default ones: one module, one `Method` member
+        ValidationConfig(**SMALL, store=str(store), also="refined_topk"),
         agent_run=str(SHIPPED_AGENT),
     )
     rows = v.run()
@@ -55,6 +56,7 @@ def test_validation_measures_every_method_on_every_program(validated):
             assert methods[name].ms and methods[name].ms > 0, (r.program, name)
         assert methods["agent_topk"].spent == 2 and methods["random_8k"].spent == 4
         assert methods["agent_greedy"].spent == 0
+        assert methods["refined_topk"].ms > 0 and 1 <= methods["refined_topk"].spent <= 2
         # the larger random search includes the smaller one: never worse
         assert methods["random_8k"].ms <= methods["random_k"].ms
         # its trials, in the order measured: the sample-efficiency curve reads them
@@ -140,7 +142,7 @@ def test_validation_goes_on_where_it_stopped_and_stores_its_measurements(validat
         agent,
         v.programs,
         out,
-        ValidationConfig(**SMALL, store=v.config.store),
+        v.config,
         agent_run=str(SHIPPED_AGENT),
     )
     assert again.run() == rows  # everything done: nothing measured again
@@ -168,7 +170,7 @@ def test_every_printed_replay_command_runs_as_printed(validated, capsys):
 def test_a_rerun_on_a_changed_program_is_refused_naming_both_hashes(validated, agent):
     """The same name, 16 times the FLOPs: its rows are not the old program's."""
     from mlirrl_jax.programs.ir import parse_program
-    from mlirrl_jax.validation import Validation, ValidationConfig, ValidationError
+    from mlirrl_jax.validation import Validation, ValidationError
 
     out, rows, _, v = validated
     assert [r.program_hash for r in rows] == [p.hash for p in v.programs]
@@ -179,7 +181,7 @@ def test_a_rerun_on_a_changed_program_is_refused_naming_both_hashes(validated, a
             agent,
             [bigger, v.programs[1]],
             out,
-            ValidationConfig(**SMALL, store=v.config.store),
+            v.config,
             agent_run=str(SHIPPED_AGENT),
         )
     message = str(caught.value)
@@ -194,12 +196,13 @@ def test_the_evolutionary_search_is_not_credited_with_the_heuristics_schedule(
     """The heuristic's schedule, measured for its own method, is the search's known parent:
     not measured again, not among the search's trials, not its figure."""
     from mlirrl_jax.heuristics import heuristic_schedule
+    from mlirrl_jax.strategies import Candidate, Method
     from mlirrl_jax.surrogate.api import CostModel
     from mlirrl_jax.validation import Plan, ValidationConfig
     from mlirrl_jax.validation.measure import measure_plan
 
     heuristic = heuristic_schedule(matmul, 1)
-    plan = Plan(matmul, (heuristic, 1.0), [], [], [], [], 1.0)
+    plan = Plan(matmul, {Method.HEURISTIC: [Candidate(heuristic, 1.0)]})
     config = ValidationConfig(**SMALL, evolutionary_budget=1, xla=False, numpy=False)
     base = runner.measure(matmul, None)
     row = measure_plan(plan, 1, base, runner, config, None, CostModel.load(agent.surrogate.path))

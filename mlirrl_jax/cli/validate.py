@@ -27,6 +27,7 @@ FIELDS = (
     "agent_start",
     "xla",
     "store",
+    "also",
 )
 
 

@@ -68,23 +68,25 @@ def _measure_layer(runner, program, count, threads, proposals, method, xla) -> t
     """One layer at `threads`: its row, the best verified schedule (None: unscheduled) and its
     kernels' measurements, the unscheduled one first. `xla`: the program XLA:CPU's baseline
     times (`_xla_program`), or False."""
-    from mlirrl_jax.heuristics import heuristic_schedule
     from mlirrl_jax.measure.baselines import measure_xla
+    from mlirrl_jax.strategies import Measured, Method, Proposing, measure_candidates, registry
 
     row = LayerRow(program.name, threads, count, program.flops)
     base = runner.measure(program, None, threads=1, method=method)
     row.unscheduled_ms = _ms(base)
     candidates = []
     if proposals is not None:
-        heuristic = heuristic_schedule(program, threads)
-        m = runner.measure(program, heuristic, threads=threads, method=method)
-        row.heuristic_ms = _ms(m)
-        candidates.append(("heuristic", m, heuristic))
-        for rank, scored in enumerate(proposals, 1):
-            if scored.schedule.hash == heuristic.hash:
-                continue
-            m = runner.measure(program, scored.schedule, threads=threads, method=method)
-            candidates.append((f"agent {rank} ({scored.origin})", m, scored.schedule))
+        heuristic = registry()[Method.HEURISTIC].propose(Proposing([program], threads, 1))[0]
+        chosen = {
+            Method.HEURISTIC: heuristic,
+            Method.AGENT_TOPK: [
+                c for c in proposals if c.schedule.hash != heuristic[0].schedule.hash
+            ],
+        }
+        once = Measured.on(runner, program, threads, method)
+        trials = measure_candidates(once, chosen)
+        row.heuristic_ms = _ms(trials[Method.HEURISTIC][0].measurement)
+        candidates = [(t.source, t.measurement, t.schedule) for ts in trials.values() for t in ts]
     for source, m, _ in candidates:
         if _ms(m) is None:
             row.failures.append(f"{source}: {m.status}{'' if m.verified else ' (not verified)'}")
@@ -325,8 +327,9 @@ def _search_heaviest(out, programs, threads, run, top, budget, method, seed, run
     searched layer gets a new row (its best of the agent's and the search's)."""
     from mlirrl_jax.agent.agent import Agent
     from mlirrl_jax.measure.timing import Measurement
-    from mlirrl_jax.optimize import evolutionary_trials
+    from mlirrl_jax.optimize import search_surrogate
     from mlirrl_jax.schedule import Schedule
+    from mlirrl_jax.strategies import Candidate, Measured, Method, Searching, measure_candidates
 
     rows = [
         r
@@ -337,7 +340,7 @@ def _search_heaviest(out, programs, threads, run, top, budget, method, seed, run
     todo = [r for r in rows[:top] if not r.get("searched")]
     if not todo:
         return
-    agent = Agent.load(run)
+    surrogate = search_surrogate(Agent.load(run))
     with runner:
         for i, first in enumerate(todo, 1):
             row = LayerRow.from_json(first)
@@ -350,13 +353,16 @@ def _search_heaviest(out, programs, threads, run, top, budget, method, seed, run
             base = next((m for m in measured if not m.schedule["ops"]), None)
             if base is None:  # a folder measured before its measurements were kept
                 base = runner.measure(program, None, threads=1, method=method)
-            known = [(Schedule.from_json(m.schedule), m) for m in measured if m.schedule["ops"]]
-            trials = evolutionary_trials(
-                program, agent, runner, threads, method, base, budget, seed, say, known
-            )
-            for _, m, _ in trials:
-                append_row(path, m.to_json())
-            good = [(_ms(m), source, m) for source, m, _ in trials if _ms(m) is not None]
+            once = Measured.on(runner, program, threads, method)
+            known = [once.know(Schedule.from_json(m.schedule), m) for m in measured]
+            known = [Candidate(s) for s in known if s.ops]
+            ctx = Searching(program, threads, budget, seed, base, surrogate, say)
+            trials = measure_candidates(
+                once, {Method.AGENT_TOPK: known}, [Method.EVOLUTIONARY], ctx
+            )[Method.EVOLUTIONARY]
+            for t in trials:
+                append_row(path, t.measurement.to_json())
+            good = [(t.seconds * 1e3, t.source, t.measurement) for t in trials if t.seconds]
             row.searched = True
             row.measured += len(trials)
             if good:
@@ -378,12 +384,14 @@ def _proposals(run: Path, programs: list, budget: int, seed: int, threads: int, 
         return {}
     from mlirrl_jax.agent.agent import Agent
     from mlirrl_jax.host_devices import use_compilation_cache
+    from mlirrl_jax.strategies import Method, Proposing, registry
 
     use_compilation_cache()
     agent = Agent.load(run)
     say(f"the agent ({run}) proposes {budget} schedules for each of {len(programs)} layers")
-    found = agent.proposals(programs, budget + 1, "known", seed, threads=threads)
-    return {p.name: scored for p, scored in zip(programs, found, strict=True)}
+    ctx = Proposing(programs, threads, budget + 1, seed, agent, "known")
+    found = registry()[Method.AGENT_TOPK].propose(ctx)
+    return {p.name: chosen for p, chosen in zip(programs, found, strict=True)}
 
 
 def _fmt(ms: float | None) -> str:

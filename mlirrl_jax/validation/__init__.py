@@ -22,11 +22,14 @@ Per program and thread count the methods are
 - `evolutionary` (with `evolutionary_budget` > 0): the surrogate-guided evolutionary search a
   user would pick instead of an agent (`mlirrl_jax.search`), with its own budget of real
   measurements, its surrogate fine-tuned between batches;
+- `refined_topk` (not by default: `also="refined_topk"`): the surrogate's k best refinements
+  of the heuristic's schedule, without the agent's own episodes;
 - `xla`: XLA:CPU through `jax.jit` on the same computation and thread count, output buffer
   donated and reused (`mlirrl_jax.measure.baselines`);
 - `numpy`: NumPy's matmul with BLAS on the same threads (matmuls only).
 
-Every schedule is chosen first (JAX work), then every measurement runs in one worker, one at a
+Each method is a strategy of `mlirrl_jax.strategies`, its name a `Method`. Every schedule is
+chosen first (JAX work), then every measurement runs in one worker, one at a
 time, so no JAX work shares the cores with a timed kernel. Results are appended per (program,
 thread count) to `validation.jsonl` as they come: a killed validation run again with the same
 folder goes on where it stopped. A program is known there by the hash of its content, and one
@@ -39,9 +42,10 @@ appended `validation.jsonl` is written whole or not at all; a line of it cut sho
 full disk) is cut off before the next run appends to it.
 """
 
-from mlirrl_jax.validation.config import MATMUL_KINDS, SEARCHES, ValidationConfig, ValidationError
+from mlirrl_jax.validation.config import MATMUL_KINDS, ValidationConfig, ValidationError
 from mlirrl_jax.validation.job import Validation
-from mlirrl_jax.validation.plan import Plan, plan
+from mlirrl_jax.validation.plan import Plan, plan, validation_methods
+from mlirrl_jax.validation.report import SEARCHES
 from mlirrl_jax.validation.summary import summarize
 from mlirrl_jax.validation.tables import agents_line, format_validation, save_schedules
 
@@ -57,4 +61,5 @@ __all__ = [
     "plan",
     "save_schedules",
     "summarize",
+    "validation_methods",
 ]

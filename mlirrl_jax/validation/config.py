@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from mlirrl_jax.agent.agent import STARTS
 from mlirrl_jax.errors import Error
 from mlirrl_jax.measure.runner import DEFAULT_MEM_LIMIT_MB
+from mlirrl_jax.strategies.base import parse_methods
 
 log = logging.getLogger(__name__)
 
 
-SEARCHES = ("heuristic", "random_8k", "evolutionary")  # the agent's rivals on this machine's code
 MATMUL_KINDS = ("matmul", "batch_matmul")
 
 
@@ -36,6 +36,12 @@ class ValidationConfig:
     timeout_s: float = 60.0
     mem_limit_mb: int = DEFAULT_MEM_LIMIT_MB
     store: str | None = None  # also put every kernel measurement in this store
+    # strategies measured beside the default ones, comma-separated (`mlirrl_jax.strategies`)
+    also: str = ""
+
+    @property
+    def also_methods(self) -> tuple:
+        return parse_methods(self.also)
 
     def __post_init__(self):
         if not self.threads or any(int(t) != t or t < 1 for t in self.threads):
@@ -57,6 +63,7 @@ class ValidationConfig:
             raise ValidationError(
                 f"agent_start {self.agent_start!r}: expected one of {', '.join(STARTS)}"
             )
+        self.also_methods  # noqa: B018 (a name that is no method's is refused here)
         if self.evolutionary_budget < 0:
             raise ValidationError(
                 f"evolutionary_budget must be at least 0, got {self.evolutionary_budget}"

@@ -16,31 +16,16 @@ from pathlib import Path
 import numpy as np
 
 from mlirrl_jax.records import ValidationRow
+from mlirrl_jax.strategies import Method, registry
 from mlirrl_jax.util.plots import pyplot, save_figure
 from mlirrl_jax.util.stats import geomean
 
-SCHEDULED = (
-    "heuristic",
-    "agent_greedy",
-    "agent_topk",
-    "agent_scratch_topk",
-    "random_k",
-    "random_8k",
-    "surrogate_topk",
-    "evolutionary",
-)
+SCHEDULED = tuple(m.value for m in Method)  # every strategy's, in the reports' order
 EXTERNAL = ("xla", "numpy")
 METHODS = ("unscheduled", *SCHEDULED, *EXTERNAL)
 LABELS = {
     "unscheduled": "unscheduled",
-    "heuristic": "heuristic",
-    "agent_greedy": "agent greedy",
-    "agent_topk": "agent top-k",
-    "agent_scratch_topk": "agent top-k from scratch",
-    "random_k": "random k",
-    "random_8k": "random 8k",
-    "surrogate_topk": "surrogate top-k",
-    "evolutionary": "evolutionary",
+    **{m.value: strategy.label for m, strategy in registry().items()},
     "xla": "XLA:CPU",
     "numpy": "NumPy/BLAS",
 }
@@ -53,9 +38,10 @@ def speedups(row: ValidationRow) -> dict[str, float | None]:
 
 
 # what a user could have had otherwise
-BASELINES = ("heuristic", "random_8k", "evolutionary", "xla", "numpy")
+SEARCHES = tuple(m.value for m, strategy in registry().items() if strategy.baseline)
+BASELINES = (*SEARCHES, *EXTERNAL)
 # the searches whose trials a row keeps in order, for the sample-efficiency curve
-TRIAL_METHODS = ("random_8k", "evolutionary")
+TRIAL_METHODS = tuple(m.value for m, strategy in registry().items() if strategy.curve)
 
 
 def running_best(trials_ms: list) -> list:

@@ -11,10 +11,11 @@ import numpy as np
 
 from mlirrl_jax.records import ValidationRow
 from mlirrl_jax.util.stats import geomean
-from mlirrl_jax.validation.config import SEARCHES, ValidationConfig
+from mlirrl_jax.validation.config import ValidationConfig
 from mlirrl_jax.validation.report import (
     METHODS,
     SCHEDULED,
+    SEARCHES,
     sample_efficiency,
     speedups,
 )
