@@ -36,7 +36,9 @@ class NetworkConfig:
 
 @dataclass(frozen=True)
 class AgentConfig:
-    """Everything a training run is made of; saved as `config.json` with every run."""
+    """Everything a training run is made of; saved as `config.json` with every run. Its fields
+    are documented one by one, as every config's here: the flags and their help come from
+    them (`cli.options`)."""
 
     envs: int = 1024
     """Environments stepped together (split evenly across the host devices)."""

@@ -79,6 +79,7 @@ def run_import(args) -> int:
     from mlirrl_jax.models.importer import import_model
 
     with run_folder(args.out, lambda out: (out / "model.json").is_file(), args.command_line):
+        # each flag to the parameter of its name
         result = import_model(
             args.source,
             args.out,

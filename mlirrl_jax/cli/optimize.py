@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 
+# the option groups every measuring command shares
 from mlirrl_jax.cli.options import (
     POSITIVE_INT,
     add_phase_limits,
@@ -12,6 +13,7 @@ from mlirrl_jax.cli.options import (
     given,
     module_constant,
     refuse_without,
+    worker_settings,
 )
 from mlirrl_jax.runfolder import run_folder
 
@@ -62,9 +64,7 @@ def run(args) -> int:
             budget=args.budget,
             threads=args.threads,
             run=args.run,
-            timeout_s=args.timeout,
-            mem_limit_mb=args.mem_limit,
-            seed=args.seed,
+            **worker_settings(args),
             say=log.info,
             compile_timeout_s=args.compile_timeout,
             reference_timeout_s=args.reference_timeout,

@@ -6,12 +6,14 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+# the option groups every measuring command shares
 from mlirrl_jax.cli.options import (
     POSITIVE_INT,
     add_worker_options,
     given,
     refuse_without,
     thread_counts,
+    worker_settings,
 )
 from mlirrl_jax.runfolder import run_folder
 
@@ -63,15 +65,14 @@ def run_optimize(args) -> int:
     # summary.json is written last; layers.jsonl holds what a rerun resumes from
     keep = lambda out: (out / "layers.jsonl").is_file()  # noqa: E731
     with run_folder(args.out, keep, args.command_line):
+        # each flag to the parameter of its name
         summary = optimize_model(
             args.model,
             args.out,
             budget=args.budget,
             threads=args.threads,
             run=args.run,
-            timeout_s=args.timeout,
-            mem_limit_mb=args.mem_limit,
-            seed=args.seed,
+            **worker_settings(args),
             xla=not args.no_xla,
             torch_baselines=not args.no_torch,
             torch_compile=not args.no_compile,

@@ -125,6 +125,8 @@ def _torch_times(source: str, shape: list[int], threads: int, compile_: bool) ->
             )
         )
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+        # a child process of its own, as the importer's lowering (`importer._lower`): each
+        # names its own module, time limit and environment
         try:
             done = subprocess.run(
                 [sys.executable, "-m", "mlirrl_jax.models.torch_time", str(request), str(out)],

@@ -53,6 +53,7 @@ VGG16_CONVS: list[ConvLayer] = [
     ("features.24", 14, 512, 512, 3, 1, 1),
 ]
 
+# each network's conv layers, one tuple per layer in the same shape: data, not code
 RESNET18_CONVS: list[ConvLayer] = [
     ("conv1", 224, 3, 64, 7, 2, 3),
     ("layer1.0.conv1", 56, 64, 64, 3, 1, 1),

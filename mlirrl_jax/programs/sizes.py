@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+# the spec types this module builds (each builder of specs imports the same list)
 from mlirrl_jax.programs.specs import (
     CHAIN_BINARY_OPS,
     LQCD_PATTERNS,
