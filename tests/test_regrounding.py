@@ -388,7 +388,7 @@ def test_a_deadline_skips_a_round_and_cuts_measuring_and_says_so(run):
     assert not job.due(third)
     assert [(c.phase, c.what) for c in budget.cuts] == [("re-grounding", "round 3 of 3")]
     # measuring past its deadline starts nothing, and every measurement left out is counted
-    program = job.pool[-1]
+    program = job.pools.pool[-1]
     planned = [
         Planned(program, Schedule.of({0: [Transform("tile", sizes=(n,))]}), "learn") for n in (3, 5)
     ]

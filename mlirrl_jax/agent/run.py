@@ -22,6 +22,7 @@ import numpy as np
 from mlirrl_jax.agent import checkpoint
 from mlirrl_jax.agent.config import AgentConfig
 from mlirrl_jax.agent.evaluate import Evaluator, geomean_speedup
+from mlirrl_jax.agent.hooks import TrainingHook, TrainingHooks
 from mlirrl_jax.agent.networks import abstract
 from mlirrl_jax.agent.report import format_summary, save_learning_curve
 from mlirrl_jax.agent.surrogate import Surrogate, check_this_machine, load_surrogate
@@ -196,7 +197,7 @@ def run_training(
     resume: bool = False,
     surrogate: Surrogate | None = None,
     budget: dict | None = None,
-    regrounding=None,
+    regrounding: TrainingHooks | None = None,
     init_agent: str | Path | None = None,
 ) -> dict:
     """Train (or resume) the run in `out`; returns its summary (also `summary.json`).
@@ -206,9 +207,10 @@ def run_training(
     time budget, the step size and entropy anneal by the time trained, so the continuation is
     the same only up to where the wall clock differs.
 
-    `regrounding` (`mlirrl_jax.regrounding.rounds(config)`) gives the run's re-grounding
-    rounds, which correct the surrogate on this machine every `iterations_per_round`
-    iterations; the run then trains against each round's surrogate in turn.
+    `regrounding` (a `TrainingHooks`, such as `mlirrl_jax.regrounding.rounds(config)`) gives
+    the run's re-grounding rounds, which correct the surrogate on this machine every
+    `iterations_per_round` iterations; the run then trains against each round's surrogate in
+    turn.
 
     `init_agent` (a run folder, e.g. the shipped agent's) starts a new run from that agent's
     policy instead of a fresh network (the optimizer starts afresh); its network must be the
@@ -230,7 +232,9 @@ def run_training(
     )
     meta = checkpoint.load_meta(out) if resume else {}
     train_programs = load_programs(TRAIN, chosen_suites)
-    rounds = regrounding(out, resume, config, train_programs, surrogate) if regrounding else None
+    rounds: TrainingHook | None = (
+        regrounding(out, resume, config, train_programs, surrogate) if regrounding else None
+    )
     if rounds is not None:
         surrogate = rounds.current()
     check_this_machine(surrogate, threads, "--train-threads")

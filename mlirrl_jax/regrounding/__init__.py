@@ -52,6 +52,12 @@ deadline)`; `RoundMeasurer`): a round starts only if its choosing, some measurin
 update fit before it, as long as the last round's took, and a round's measuring stops in time
 for its update, the least needed programs' measurements left out. Each cut is recorded in
 the job's `budget.TimeBudget`, and the round's line counts what it left out (`time_cut`).
+
+The modules: `job` (`Regrounding`, the rounds in order: `run_training`'s `TrainingHook`),
+`planner` (the program pools and each round's plan), `plan` (a planned measurement and the cut
+to the allowance), `measure` (measuring to the deadline, the phases' times), `update` (scoring
+and updating the surrogate, the round's `RoundRow`), `state` (`RoundState`, what the rounds did),
+`report` (the table and plots), `config`.
 """
 
 from __future__ import annotations
@@ -88,7 +94,8 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Rounds:
-    """The `regrounding` argument of `run_training` (`rounds(config)`): called with the run's
+    """The `regrounding` argument of `run_training` (`rounds(config)`, an
+    `agent.hooks.TrainingHooks`): called with the run's
     folder, whether it resumes, its agent config, training programs and prior, it builds the
     run's `Regrounding` from `config`, or on resume from the config the run started with
     (`config` None); None where there are no rounds."""
