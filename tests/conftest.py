@@ -151,7 +151,24 @@ MODULE_MARKS = {
 }
 
 
+# the modules whose fixtures take longest, first: `-n 2 --dist loadscope` hands each worker a
+# whole module in collection order, so a long one started last would leave the other worker
+# idle while it runs (the suite's time is the later worker's)
+LONGEST_FIRST = (
+    "test_regrounding.py",
+    "test_models.py",
+    "test_agent.py",
+    "test_validation.py",
+    "test_search.py",
+    "test_cost_model.py",
+    "test_collect.py",
+    "test_cli.py",
+)
+
+
 def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: else as found
     for item in items:
         if MEASURING_FIXTURES & set(item.fixturenames):
             item.add_marker(pytest.mark.measures)

@@ -73,9 +73,9 @@ def test_wal_mode_and_one_row_per_key(store, matmul):
     assert store.put([measurement(matmul, median=3e-3)]) == 0  # same key: an update
     assert store.count() == 1
     row = store.get(matmul.hash, SCHEDULE.hash, machine())
-    assert row["n_measured"] == 2 and row["median_s"] == pytest.approx(2e-3)
-    assert row["min_s"] == pytest.approx(0.9e-3) and row["samples"] == [1e-3, 3e-3]
-    assert row["schedule"] == SCHEDULE.to_json() and row["verified"]
+    assert row.n_measured == 2 and row.median_s == pytest.approx(2e-3)
+    assert row.min_s == pytest.approx(0.9e-3) and row.samples == [1e-3, 3e-3]
+    assert row.schedule == SCHEDULE.to_json() and row.verified
 
 
 def test_other_threads_are_other_rows(store, matmul):
@@ -87,21 +87,21 @@ def test_another_parallel_runtime_replaces_the_times(store, matmul):
     store.put([measurement(matmul, median=4e-3, threads=2, runtime="async")])
     store.put([measurement(matmul, median=1e-3, threads=2, runtime="openmp")])
     row = store.get(matmul.hash, SCHEDULE.hash, machine(), threads=2)
-    assert row["runtime"] == "openmp" and row["samples"] == [1e-3]
-    assert row["median_s"] == pytest.approx(1e-3) and row["min_s"] == pytest.approx(0.9e-3)
-    assert row["n_measured"] == 2
+    assert row.runtime == "openmp" and row.samples == [1e-3]
+    assert row.median_s == pytest.approx(1e-3) and row.min_s == pytest.approx(0.9e-3)
+    assert row.n_measured == 2
 
 
 def test_failures_keep_their_reason_and_never_a_time(store, matmul):
     store.put([measurement(matmul, status="crash")])
     row = store.get(matmul.hash, SCHEDULE.hash, machine())
-    assert row["status"] == "crash" and row["median_s"] is None and "crash reason" in row["error"]
+    assert row.status == "crash" and row.median_s is None and "crash reason" in row.error
     store.put([measurement(matmul)])  # later verified: the row becomes a time
     row = store.get(matmul.hash, SCHEDULE.hash, machine())
-    assert row["status"] == "ok" and row["n_failed"] == 1
+    assert row.status == "ok" and row.n_failed == 1
     store.put([measurement(matmul, status="wrong_output")])  # never trusted again
     row = store.get(matmul.hash, SCHEDULE.hash, machine())
-    assert row["status"] == "wrong_output" and row["median_s"] is None and not row["verified"]
+    assert row.status == "wrong_output" and row.median_s is None and not row.verified
 
 
 def test_a_failed_transaction_writes_nothing(store, matmul):
@@ -168,7 +168,7 @@ def every_row(path) -> list[tuple]:
 
 def statistics_of(store, program, schedule=SCHEDULE) -> tuple:
     row = store.get(program.hash, schedule.hash, machine())
-    return row["n_measured"], row["n_failed"], sorted(row["samples"]), row["median_s"]
+    return row.n_measured, row.n_failed, sorted(row.samples), row.median_s
 
 
 def test_the_same_file_imported_three_times_counts_once(tmp_path, capsys):

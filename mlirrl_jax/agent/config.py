@@ -103,6 +103,12 @@ class AgentConfig:
     """Threads per kernel the agent trains at: every train program once per count, the count
     in its observation (empty: every count the surrogate was fitted on)."""
 
+    @property
+    def random_best_key(self) -> str:
+        """The name the evaluation's metrics give the best of `eval_random_schedules` random
+        schedules (`random_best_of_64`): every writer and reader takes it from here."""
+        return f"random_best_of_{self.eval_random_schedules}"
+
     def __post_init__(self):
         if self.reward not in REWARDS:
             raise ConfigError(f"reward must be one of {sorted(REWARDS)}, got {self.reward!r}")

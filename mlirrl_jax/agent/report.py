@@ -12,7 +12,7 @@ from mlirrl_jax.util.plots import pyplot, save_figure
 def format_summary(summary: dict, config) -> str:
     """Markdown: the agent's, the heuristic's and random search's geomean predicted speedups
     on the test programs, all of them and per suite."""
-    random_key = f"random_best_of_{config.eval_random_schedules}"
+    random_key = config.random_best_key
     lines = [
         f"trained {summary['iterations']} iterations, {summary['env_steps']:,} environment steps "
         f"in {summary['trained_seconds']:.0f} s ({summary['steps_per_second']:,.0f} steps/s) on "
@@ -45,7 +45,7 @@ def save_learning_curve(metrics: list[dict], path: Path, config) -> Path | None:
     if not metrics:
         return None
     plt = pyplot()
-    random_key = f"random_best_of_{config.eval_random_schedules}"
+    random_key = config.random_best_key
     ended = [m for m in metrics if m["mean_predicted_speedup"]]  # iterations where some did
     minutes = np.array([m["trained_seconds"] for m in ended]) / 60.0
     sampled = np.array([m["mean_predicted_speedup"] for m in ended])

@@ -146,7 +146,7 @@ def _baselines(out: Path, evaluator: Evaluator, reward_params, surrogate, config
         "surrogate": surrogate.identity,
         "programs": [p.name for p in evaluator.programs],
         "heuristic": heuristic.tolist(),
-        f"random_best_of_{config.eval_random_schedules}": random_best.tolist(),
+        config.random_best_key: random_best.tolist(),
     }
     write_atomic(path, json.dumps(saved, indent=1))
     return saved
@@ -158,7 +158,7 @@ def evaluation_row(
     """Geomean predicted speedups of the agent, the heuristic and random search: over all the
     test rows, per suite and (where `threads`, each row's count, holds several) per thread
     count."""
-    random_key = f"random_best_of_{config.eval_random_schedules}"
+    random_key = config.random_best_key
     heuristic, random_best = np.asarray(baselines["heuristic"]), np.asarray(baselines[random_key])
     groups = {"all": np.ones(len(names), bool)}
     for suite in sorted({suite_of(n) for n in names}):

@@ -61,14 +61,10 @@ def load_surrogate(spec: str = "") -> Surrogate:
         model=model.log_time_model,
         params=model.params,
         identity={"kind": "surrogate", "path": str(path.resolve()), **model.identity},
-        suites=tuple(model.meta.get("suites") or DEFAULT_SUITES),
+        suites=model.suites or DEFAULT_SUITES,
         path=str(path.resolve()),
-        fitted_threads=tuple(sorted(int(t) for t in model.meta.get("thread_counts") or ())),
-        # a fit's and an update's metadata names its machines; a checkpoint of feature version 4
-        # only its one machine's id
-        fitted_machines=tuple(
-            model.meta.get("machines") or model.meta.get("machine_id", "").split(",")
-        ),
+        fitted_threads=model.thread_counts,
+        fitted_machines=model.machines,
     )
 
 

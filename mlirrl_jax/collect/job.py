@@ -63,8 +63,7 @@ class SpreadChooser:
         if surrogate is None:
             raise ConfigError("the uncertain source needs a surrogate ensemble (--surrogate DIR)")
         self.model = CostModel.load(surrogate)
-        members = self.model.meta["train"]["model"].get("members", 1)
-        if members < 2:
+        if self.model.members < 2:
             raise ConfigError(
                 f"{surrogate}: one network has no spread; the uncertain source needs an "
                 "ensemble (fit-cost-model --members 4)"

@@ -16,6 +16,7 @@ from mlirrl_jax.regrounding.config import RegroundConfig
 from mlirrl_jax.regrounding.plan import Planned, priority
 from mlirrl_jax.schedule import Schedule
 from mlirrl_jax.store import MeasurementStore
+from mlirrl_jax.store.rows import StoredRow
 from mlirrl_jax.util.progress import progress_bar
 
 log = logging.getLogger(__name__)
@@ -46,7 +47,9 @@ class RoundMeasurer:
         self.deadline = deadline
         self.budget = budget
 
-    def row(self, store: MeasurementStore, program_hash: str, schedule_hash: str):
+    def row(
+        self, store: MeasurementStore, program_hash: str, schedule_hash: str
+    ) -> StoredRow | None:
         """This machine's row of a schedule at the run's thread count, or None."""
         return store.get(program_hash, schedule_hash, self.machine, self.config.threads)
 

@@ -116,7 +116,7 @@ class RoundUpdater:
 
             def time_of(p: Program, s: Schedule) -> float | None:
                 r = self.measurer.row(store, p.hash, s.hash)
-                return r["median_s"] if r and r["status"] == "ok" else None
+                return r.median_s if r is not None and r.status == "ok" else None
 
             row = dataclasses.replace(row, **real_speedups(planned, folder, time_of))
         tmp = target.with_name("surrogate.tmp")

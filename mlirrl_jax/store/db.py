@@ -16,7 +16,13 @@ from mlirrl_jax.measure.profile import MachineProfile, known_profiles, this_mach
 from mlirrl_jax.measure.timing import Measurement
 from mlirrl_jax.programs.ir import Program, parse_program
 from mlirrl_jax.store.exchange import Exchange
-from mlirrl_jax.store.rows import decoded_row, measurement_key, merged_rows, row_of
+from mlirrl_jax.store.rows import (
+    StoredRow,
+    decoded_row,
+    measurement_key,
+    merged_rows,
+    row_of,
+)
 from mlirrl_jax.store.schema import (
     CLAIM_MAX_AGE_S,
     COLUMNS,
@@ -282,12 +288,13 @@ class MeasurementStore(Exchange):
     # -- reading
     def get(
         self, program_hash: str, schedule_hash: str, machine_id: str, threads: int = 1
-    ) -> dict | None:
+    ) -> StoredRow | None:
+        """The row of one key, typed; None where there is none."""
         row = self._db.execute(
             "SELECT * FROM measurements WHERE program_hash=? AND schedule_hash=? AND machine_id=? AND threads=?",
             (program_hash, schedule_hash, machine_id, threads),
         ).fetchone()
-        return decoded_row(row) if row else None
+        return StoredRow.of(row) if row else None
 
     def rows(
         self,

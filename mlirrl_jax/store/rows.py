@@ -8,6 +8,7 @@ import json
 import sqlite3
 import statistics
 import time
+from dataclasses import dataclass
 
 from mlirrl_jax.measure.timing import Measurement
 from mlirrl_jax.store.schema import MAX_SAMPLES, Share
@@ -136,6 +137,46 @@ def merged_rows(old: dict, new: dict) -> dict:
         method=new["method"],
     )
     return merged
+
+
+@dataclass(frozen=True)
+class StoredRow:
+    """One row of the `measurements` table, its JSON columns decoded (`MeasurementStore.get`):
+    the merged statistics of every measurement of one (program, schedule, machine, threads)."""
+
+    id: int
+    program_hash: str
+    program_name: str
+    schedule_hash: str
+    schedule: dict
+    machine_id: str
+    toolchain_id: str
+    fingerprint: dict
+    threads: int
+    runtime: str
+    method: dict
+    status: str
+    verified: bool
+    median_s: float | None
+    min_s: float | None
+    spread: float | None
+    samples: list
+    n_measured: int
+    n_failed: int
+    max_error: float | None
+    error: str | None
+    compile_s: float | None
+    created_at: float
+    updated_at: float
+
+    @classmethod
+    def of(cls, row: sqlite3.Row) -> StoredRow:
+        return cls(**decoded_row(row))
+
+    @property
+    def seconds(self) -> float | None:
+        """The verified median time, else None (a failure, or no time)."""
+        return self.median_s if self.status == "ok" and self.verified else None
 
 
 def decoded_row(row: sqlite3.Row) -> dict:

@@ -55,13 +55,21 @@ PREDICT_CHUNK = 256  # rows per step of `CostModel.predictor`
 REDO = "refit it (`mlirrl-jax fit-cost-model`)"
 
 
+def uses_loop_tokens(params) -> bool:
+    """Whether a network's parameters are a loop-token network's (attention over each op's
+    loops; `surrogate.model`): it has no per-program first layer to compute once per table.
+    Read from the parameters, static under `jit`, since the prediction functions get no
+    other description of the network."""
+    return "loop_in" in params
+
+
 def predict_member_log_times(
     graphdef, params, table: ProgramTable, states: EnvState, embeddings=None
 ) -> jax.Array:
     """(members, B) each ensemble member's predicted log times of a batch of states over all
     of `table`'s op slots (trim both first: `trim_ops`); `embeddings` are the table's
     `static_embeddings` (computed if None)."""
-    if "loop_in" in params:  # loop tokens: no separable per-program first layer
+    if uses_loop_tokens(params):  # no separable per-program first layer
         batch = jax.vmap(features, in_axes=(None, 0))(table, states)
         return apply_members(graphdef, params, jax.lax.optimization_barrier(batch))
     # the barrier keeps XLA from fusing feature assembly into the network's layers,
@@ -95,7 +103,7 @@ def table_embeddings(graphdef, params, table: ProgramTable):
     """The network's per-program first-layer part for every program of `table`, then for
     every program at one thread (what an op outside every parallel loop reads): (members,
     2P, ...). None for a loop-token network, which has none."""
-    if "loop_in" in params:
+    if uses_loop_tokens(params):
         return None
     static_op = jnp.concatenate([table.static_op, at_one_thread(table.static_op)])
     static_loop = jnp.concatenate([table.static_loop, table.static_loop])
@@ -158,6 +166,45 @@ class CostModel:
         self.params = params
         self.meta = meta
 
+    # -- what `meta` says, typed (a checkpoint written before a key existed gives the default)
+    @property
+    def machine_id(self) -> str:
+        """The machine the weights were last fitted or updated on (ids joined by commas for
+        a fit on several)."""
+        return self.meta.get("machine_id", "")
+
+    @property
+    def threads(self) -> int:
+        """The thread count of the last fit or update."""
+        return int(self.meta.get("threads", 1))
+
+    @property
+    def thread_counts(self) -> tuple[int, ...]:
+        """Every thread count of the rows the weights learnt from."""
+        return tuple(sorted(int(t) for t in self.meta.get("thread_counts") or ()))
+
+    @property
+    def machines(self) -> tuple[str, ...]:
+        """Every machine whose rows the weights learnt from (a checkpoint of feature version 4
+        names only its one machine's id)."""
+        named = self.meta.get("machines")
+        return tuple(sorted(named)) if named else tuple(self.machine_id.split(","))
+
+    @property
+    def suites(self) -> tuple[str, ...]:
+        """The suites the fit's programs came from (empty: not recorded)."""
+        return tuple(self.meta.get("suites") or ())
+
+    @property
+    def members(self) -> int:
+        """Networks in the ensemble (1: a single network, no spread)."""
+        return int(self.meta["train"]["model"].get("members", 1))
+
+    @property
+    def loop_tokens(self) -> bool:
+        """Whether the network reads loop tokens (`uses_loop_tokens`)."""
+        return uses_loop_tokens(self.params)
+
     @property
     def log_time_model(self) -> SurrogateLogTime:
         """The model as pure functions; its parameters are `self.params`."""
@@ -170,8 +217,8 @@ class CostModel:
         for leaf in jax.tree.leaves(self.params):
             digest.update(np.asarray(leaf).tobytes())
         return {
-            "machine_id": self.meta.get("machine_id", ""),
-            "threads": self.meta.get("threads", 1),
+            "machine_id": self.machine_id,
+            "threads": self.threads,
             "feature_version": self.meta.get("feature_version"),
             "updates": self.meta.get("updates", 0),
             "params_sha256": digest.hexdigest()[:16],
@@ -313,8 +360,8 @@ class CostModel:
         config = replace(config, epochs=epochs, learning_rate=rate, trainable=trainable)
         train_on = data if anchor is None else data.concat(anchor)
         graphdef, params, _ = fit(train_on, config, init=(self.graphdef, self.params))
-        machine = machine_id or self.meta.get("machine_id", "")
-        threads = threads or self.meta.get("threads", 1)
+        machine = machine_id or self.machine_id
+        threads = threads or self.threads
         step = {
             "step": "update",
             "machine_id": machine,

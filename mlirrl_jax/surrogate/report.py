@@ -143,7 +143,7 @@ def fit_and_report(
     result = FitResult(
         command=" ".join(sys.argv),
         store=str(Path(store_path).resolve()),
-        machine_id=model.meta["machine_id"],
+        machine_id=model.machine_id,
         machines=machines,
         thread_counts=thread_counts,
         rows=len(data),
@@ -225,9 +225,9 @@ def evaluate_saved(model_dir: Path, dataset_path: Path) -> HeldOutScores:
     import tempfile
 
     model = CostModel.load(model_dir)
-    machine = model.meta["machine_id"]
-    machines = sorted(model.meta.get("machines") or [machine])
-    threads = model.meta.get("thread_counts") or model.meta.get("threads", 1)
+    machine = model.machine_id
+    machines = sorted(model.machines)
+    threads = list(model.thread_counts) or model.threads
     with tempfile.TemporaryDirectory() as tmp:
         store_path = Path(dataset_path)
         if store_path.suffix == ".parquet":
