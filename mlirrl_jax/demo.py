@@ -16,7 +16,7 @@ validation's choosing are not cut: their time is what the rest plans around."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from mlirrl_jax.budget import TimeBudget
@@ -25,6 +25,7 @@ from mlirrl_jax.programs.ir import Program, load_program
 from mlirrl_jax.records import ValidationRow
 from mlirrl_jax.runfolder import write_atomic
 from mlirrl_jax.shipped import default_store
+from mlirrl_jax.util.configs import option
 
 log = logging.getLogger(__name__)
 
@@ -57,21 +58,30 @@ REPORT_S = 15.0  # kept at the end of the budget for the report and its plots
 
 @dataclass(frozen=True)
 class DemoConfig:
-    store: str = field(default_factory=default_store)
-    """This machine's measurement store."""
-    threads: tuple[int, ...] = (1,)
-    """Thread counts of the validation."""
-    budget: int = 4
-    """k of the validation: real measurements of the agent's top-k per program."""
-    rounds: int = REGROUNDING["rounds"]
-    """Re-grounding rounds."""
-    real_budget: int = REGROUNDING["real_budget"]
-    """Real measurements of the re-grounding, a hard cap."""
-    iterations: int | None = None
-    """PPO iterations (default: 30 per round + 30)."""
-    minutes: float = 8.0
-    """The whole job's time budget in minutes (the install aside): re-grounding ends by 60% of
-    it, validation cuts programs to fit the rest; the report says what was cut."""
+    """The main job's settings.
+
+    Its fields are declared alike, each documented (`util.configs.option`): the flags and
+    their help come from them (`cli.options`).
+    """
+
+    store: str = option(factory=default_store, doc="This machine's measurement store.")
+    threads: tuple[int, ...] = option((1,), doc="Thread counts of the validation.")
+    budget: int = option(
+        4, doc="k of the validation: real measurements of the agent's top-k per program."
+    )
+    rounds: int = option(REGROUNDING["rounds"], doc="Re-grounding rounds.")
+    real_budget: int = option(
+        REGROUNDING["real_budget"], doc="Real measurements of the re-grounding, a hard cap."
+    )
+    iterations: int | None = option(None, doc="PPO iterations (default: 30 per round + 30).")
+    minutes: float = option(
+        8.0,
+        doc=(
+            "The whole job's time budget in minutes (the install aside): re-grounding ends by"
+            " 60% of it, validation cuts programs to fit the rest; the report says what was "
+            "cut."
+        ),
+    )
     seed: int = 0
     timeout_s: float = DEFAULT_TIMEOUT_S
     mem_limit_mb: int = DEFAULT_MEM_LIMIT_MB

@@ -106,16 +106,63 @@ def test_the_install_lists_every_package():
     assert listed == found | {"mlirrl_jax.data"}
 
 
-def test_the_public_api_loads_from_the_package_without_starting_jax():
+def _python(code: str) -> str:
+    """`code` run by a fresh interpreter in the checkout: its output (it must exit 0)."""
     import subprocess
     import sys
 
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_the_public_api_loads_from_the_package_without_starting_jax():
     code = (
         "import sys, mlirrl_jax; assert 'jax' not in sys.modules; "
         "from mlirrl_jax import Kind, Runner, Schedule, Transform, heuristic_schedule, "
         "load_program; assert 'jax' not in sys.modules; "
         "from mlirrl_jax import Agent; print(sorted(mlirrl_jax.__all__))"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
-    assert done.returncode == 0, done.stderr
-    assert "Agent" in done.stdout and "load_program" in done.stdout
+    out = _python(code)
+    assert "Agent" in out and "load_program" in out
+
+
+def test_the_command_line_reads_the_configs_without_starting_jax():
+    """Every command's flags, those made from config fields with their documentation
+    (`util.configs.option`) included, are built from the imported configs, and JAX stays
+    unloaded: each config module imports nothing of its package but itself."""
+    code = (
+        "import sys; from mlirrl_jax.cli import build_parser; "
+        "text = build_parser()._subparsers._group_actions[0].choices['validate'].format_help(); "
+        "assert 'jax' not in sys.modules, sorted(m for m in sys.modules if 'jax' in m)[:5]; "
+        "print(text)"
+    )
+    # a field's documentation is its flag's help, its default shown
+    shown = " ".join(_python(code).split())
+    assert "the larger random search: random_factor * k measurements (default: 8)" in shown
+
+
+def test_every_flag_made_from_a_config_field_is_documented():
+    from dataclasses import fields
+
+    from mlirrl_jax.collect.config import CollectConfig
+    from mlirrl_jax.demo import DemoConfig
+    from mlirrl_jax.regrounding.config import RegroundConfig
+    from mlirrl_jax.surrogate.config import ModelConfig, TrainConfig
+    from mlirrl_jax.util.configs import doc_of
+    from mlirrl_jax.validation.config import ValidationConfig
+
+    flagged = [  # each config, and the command module's list of the fields it makes flags of
+        (CollectConfig, "collect", "FIELDS"),
+        (DemoConfig, "demo", "FIELDS"),
+        (TrainConfig, "fit", "TRAIN_FIELDS"),
+        (ModelConfig, "fit", "MODEL_FIELDS"),
+        (RegroundConfig, "regrounding", "REGROUNDING_FIELDS"),
+        (ValidationConfig, "validate", "FIELDS"),
+    ]
+    import importlib
+
+    for cls, command, constant in flagged:
+        names = set(getattr(importlib.import_module(f"mlirrl_jax.cli.{command}"), constant))
+        documented = {f.name for f in fields(cls) if doc_of(f)}
+        assert names <= documented, (cls.__name__, sorted(names - documented))

@@ -17,7 +17,7 @@ import numpy as np
 
 from mlirrl_jax import integrity
 from mlirrl_jax.agent import checkpoint
-from mlirrl_jax.agent.config import AgentConfig
+from mlirrl_jax.agent.config import STARTS, AgentConfig
 from mlirrl_jax.agent.evaluate import Evaluator
 from mlirrl_jax.agent.networks import abstract
 from mlirrl_jax.agent.surrogate import Surrogate, load_surrogate
@@ -28,10 +28,6 @@ from mlirrl_jax.errors import ConfigError
 from mlirrl_jax.programs.ir import Program, load_program
 from mlirrl_jax.schedule import Schedule
 
-STARTS = (
-    "known",
-    "scratch",
-)  # proposals: with the heuristic's schedule and its refinements, or not
 SAMPLES_PER_SCHEDULE = 8  # sampled episodes per schedule asked for, before removing repeats
 # the policy's own distributions first, then flatter ones while a program lacks distinct ones
 SAMPLING_TEMPERATURES = (1.0, 2.0, 4.0)

@@ -5,24 +5,28 @@ without loading it (`cli.options`)."""
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 
 from mlirrl_jax.actions import MAX_EPISODE_STEPS
 from mlirrl_jax.errors import ConfigError
+from mlirrl_jax.util.configs import option
 
 REWARDS = ("terminal", "shaped")  # the environment's reward kinds (`env.reward`)
+# where the agent's proposals start (`Agent.proposals`): with the heuristic's schedule and its
+# refinements beside its own, or from its own alone
+STARTS = ("known", "scratch")
 
 
 @dataclass(frozen=True)
 class NetworkConfig:
     """The policy network's shape."""
 
-    width: int = 32
-    """Size of the op and loop tokens."""
-    mixing: str = "deepsets"
-    """How tokens see each other: "attention" (self-attention) or "deepsets" (mean and max)."""
-    heads: int = 2
-    """Attention heads, where mixing is "attention"."""
+    width: int = option(32, doc="Size of the op and loop tokens.")
+    mixing: str = option(
+        "deepsets",
+        doc='How tokens see each other: "attention" (self-attention) or "deepsets" (mean and max).',
+    )
+    heads: int = option(2, doc='Attention heads, where mixing is "attention".')
 
     def __post_init__(self):
         if self.mixing not in ("attention", "deepsets"):
@@ -40,68 +44,97 @@ class AgentConfig:
     are documented one by one, as every config's here: the flags and their help come from
     them (`cli.options`)."""
 
-    envs: int = 1024
-    """Environments stepped together (split evenly across the host devices)."""
-    steps: int = 16
-    """Steps of each environment per iteration; episodes run on across iterations."""
-    epochs: int = 1
-    """Passes over each iteration's transitions."""
-    minibatches: int = 8
-    """Minibatches per pass (gradient steps per pass)."""
-    learning_rate: float = 1e-3
-    """Adam's step size at the start."""
-    final_learning_rate: float = 1e-4
-    """Step size at the end of the budget (linear decay)."""
-    max_grad_norm: float = 0.5
-    """Gradients are clipped to this global norm."""
-    gamma: float = 1.0
-    """Discount: 1, since an episode's return is its schedule's log-speedup."""
-    gae_lambda: float = 0.95
-    """GAE's bias-variance trade-off."""
-    clip: float = 0.2
-    """PPO's ratio clip, also the value clip."""
-    value_coef: float = 0.5
-    """Weight of the value loss."""
-    entropy_coef: float = 0.01
-    """Entropy bonus at the start."""
-    final_entropy_coef: float = 0.001
-    """Entropy bonus at the end of the budget (linear decay)."""
-    reward: str = "terminal"
-    """"terminal": the predicted log-speedup when an episode ends; "shaped": each step's
-    decrease of predicted log time (the same return, the surrogate run every step)."""
-    reward_chunk: int = 64
-    """States the surrogate predicts at a time when scoring finished episodes."""
-    max_episode_steps: int = MAX_EPISODE_STEPS
-    """Episodes are cut (truncated) at this many steps; by default the grammar ends them first."""
-    network: NetworkConfig = field(default_factory=NetworkConfig)
-    """The policy network's shape."""
-    devices: int = 0
-    """Host devices the environments are split across (0: all of them)."""
-    seed: int = 0
-    """Seeds the network's weights, the environments and the sampling."""
-    iterations: int = 0
-    """Iterations to run (0: train by time, `minutes`)."""
-    minutes: float = 10.0
-    """Training time when `iterations` is 0 (compile time excluded)."""
-    eval_every: int = 25
-    """Iterations between greedy evaluations on the test programs (0: none, not even at the
-    end: a run that only trains)."""
-    eval_random_schedules: int = 64
-    """Random masked schedules per test program that the agent is compared with."""
-    checkpoint_seconds: float = 60.0
-    """Seconds between checkpoints (and one at the end)."""
-    surrogate: str = ""
-    """The cost model whose predictions are the reward ("": the shipped surrogate; "analytic":
-    the roofline stand-in)."""
-    uncertainty_penalty: float = 0.0
-    """beta: the reward reads the surrogate's predicted log time plus beta times its
-    ensemble's spread (`env.reward.PessimisticLogTime`), so schedules it is unsure of count as
-    slower; 0: the mean alone. Needs a surrogate with an ensemble to have an effect."""
-    suites: tuple[str, ...] = ()
-    """Suites whose train split the agent trains on (empty: those the surrogate was fitted on)."""
-    threads: tuple[int, ...] = ()
-    """Threads per kernel the agent trains at: every train program once per count, the count
-    in its observation (empty: every count the surrogate was fitted on)."""
+    envs: int = option(
+        1024, doc="Environments stepped together (split evenly across the host devices)."
+    )
+    steps: int = option(
+        16, doc="Steps of each environment per iteration; episodes run on across iterations."
+    )
+    epochs: int = option(1, doc="Passes over each iteration's transitions.")
+    minibatches: int = option(8, doc="Minibatches per pass (gradient steps per pass).")
+    learning_rate: float = option(1e-3, doc="Adam's step size at the start.")
+    final_learning_rate: float = option(
+        1e-4, doc="Step size at the end of the budget (linear decay)."
+    )
+    max_grad_norm: float = option(0.5, doc="Gradients are clipped to this global norm.")
+    gamma: float = option(
+        1.0, doc="Discount: 1, since an episode's return is its schedule's log-speedup."
+    )
+    gae_lambda: float = option(0.95, doc="GAE's bias-variance trade-off.")
+    clip: float = option(0.2, doc="PPO's ratio clip, also the value clip.")
+    value_coef: float = option(0.5, doc="Weight of the value loss.")
+    entropy_coef: float = option(0.01, doc="Entropy bonus at the start.")
+    final_entropy_coef: float = option(
+        0.001, doc="Entropy bonus at the end of the budget (linear decay)."
+    )
+    reward: str = option(
+        "terminal",
+        doc=(
+            '"terminal": the predicted log-speedup when an episode ends; "shaped": each '
+            "step's decrease of predicted log time (the same return, the surrogate run every "
+            "step)."
+        ),
+    )
+    reward_chunk: int = option(
+        64, doc="States the surrogate predicts at a time when scoring finished episodes."
+    )
+    max_episode_steps: int = option(
+        MAX_EPISODE_STEPS,
+        doc=(
+            "Episodes are cut (truncated) at this many steps; by default the grammar ends "
+            "them first."
+        ),
+    )
+    network: NetworkConfig = option(factory=NetworkConfig, doc="The policy network's shape.")
+    devices: int = option(0, doc="Host devices the environments are split across (0: all of them).")
+    seed: int = option(0, doc="Seeds the network's weights, the environments and the sampling.")
+    iterations: int = option(0, doc="Iterations to run (0: train by time, `minutes`).")
+    minutes: float = option(
+        10.0, doc="Training time when `iterations` is 0 (compile time excluded)."
+    )
+    eval_every: int = option(
+        25,
+        doc=(
+            "Iterations between greedy evaluations on the test programs (0: none, not even at"
+            " the end: a run that only trains)."
+        ),
+    )
+    eval_random_schedules: int = option(
+        64, doc="Random masked schedules per test program that the agent is compared with."
+    )
+    checkpoint_seconds: float = option(
+        60.0, doc="Seconds between checkpoints (and one at the end)."
+    )
+    surrogate: str = option(
+        "",
+        doc=(
+            'The cost model whose predictions are the reward ("": the shipped surrogate; '
+            '"analytic": the roofline stand-in).'
+        ),
+    )
+    uncertainty_penalty: float = option(
+        0.0,
+        doc=(
+            "beta: the reward reads the surrogate's predicted log time plus beta times its "
+            "ensemble's spread (`env.reward.PessimisticLogTime`), so schedules it is unsure "
+            "of count as slower; 0: the mean alone. Needs a surrogate with an ensemble to "
+            "have an effect."
+        ),
+    )
+    suites: tuple[str, ...] = option(
+        (),
+        doc=(
+            "Suites whose train split the agent trains on (empty: those the surrogate was "
+            "fitted on)."
+        ),
+    )
+    threads: tuple[int, ...] = option(
+        (),
+        doc=(
+            "Threads per kernel the agent trains at: every train program once per count, the "
+            "count in its observation (empty: every count the surrogate was fitted on)."
+        ),
+    )
 
     @property
     def random_best_key(self) -> str:

@@ -47,20 +47,19 @@ def register(sub) -> None:
     # unset: the defaults of mlirrl_jax.surrogate.train.TrainConfig and mlirrl_jax.surrogate.model.ModelConfig
     add_field_flags(
         p,
-        "mlirrl_jax.surrogate.train:TrainConfig",
+        "mlirrl_jax.surrogate.config:TrainConfig",
         TRAIN_FIELDS,
         types={"max_steps": int, "distill_max_steps": int},
     )
-    add_field_flags(p, "mlirrl_jax.surrogate.model:ModelConfig", MODEL_FIELDS)
+    add_field_flags(p, "mlirrl_jax.surrogate.config:ModelConfig", MODEL_FIELDS)
     p.add_argument("--seed", type=int, default=0, help="seed of the fit")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from mlirrl_jax.measure.fingerprint import machine_fingerprint
-    from mlirrl_jax.surrogate.model import ModelConfig
+    from mlirrl_jax.surrogate.config import ModelConfig, TrainConfig
     from mlirrl_jax.surrogate.report import fit_and_report, format_metrics
-    from mlirrl_jax.surrogate.train import TrainConfig
 
     config = TrainConfig(
         seed=args.seed,

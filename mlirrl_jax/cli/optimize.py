@@ -31,7 +31,7 @@ def register(sub) -> None:
     p.add_argument("--run", help="the agent's run (default: adapted to this machine, else shipped)")
     p.add_argument(
         "--start",
-        choices=module_constant("mlirrl_jax.agent.agent:STARTS"),
+        choices=module_constant("mlirrl_jax.agent.config:STARTS"),
         default="known",
         help="known (default): the agent proposes the heuristic's schedule and refinements of "
         "it beside its own schedules; scratch: its own only",

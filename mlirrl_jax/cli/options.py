@@ -13,13 +13,9 @@ One meaning per flag name across the commands:
 from __future__ import annotations
 
 import argparse
-import ast
 import dataclasses
-import importlib.util
-import io
+import importlib
 import math
-import tokenize
-from pathlib import Path
 
 from mlirrl_jax.errors import ConfigError
 from mlirrl_jax.measure.runner import (
@@ -28,6 +24,7 @@ from mlirrl_jax.measure.runner import (
     DEFAULT_REFERENCE_TIMEOUT_S,
     DEFAULT_TIMEOUT_S,
 )
+from mlirrl_jax.util.configs import doc_of
 
 
 def _positive(kind: type):
@@ -131,81 +128,35 @@ def add_selection_options(parser: argparse.ArgumentParser) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class FieldInfo:
-    """A config dataclass field as its source states it."""
+    """A config dataclass field as the command line shows it."""
 
     name: str
     annotation: str
-    default: object  # None where the source's default is not a literal
+    default: object  # None where the field has none (or it is built per instance)
     doc: str
 
 
-def _source(spec: str) -> tuple[str, str]:
-    """The source file text of module `spec`'s "module:Name", and the name, found without
-    importing the module (the command line starts without JAX)."""
+def _named(spec: str):
+    """The object "module:NAME" names. The config modules import neither JAX nor the rest of
+    their packages (which load their modules at first use: `util.lazy`), so the command line
+    reads them before starting JAX."""
     module, _, name = spec.partition(":")
-    # the project's own modules by path: finding them by import would import their packages
-    # (validation/, regrounding/ and collect/ import JAX)
-    root = Path(__file__).resolve().parents[2]
-    parts = module.split(".")
-    for path in (root.joinpath(*parts).with_suffix(".py"), root.joinpath(*parts, "__init__.py")):
-        if parts[0] == "mlirrl_jax" and path.is_file():
-            return path.read_text(), name
-    found = importlib.util.find_spec(module)
-    if found is None or not found.origin:
-        raise LookupError(f"no module {module}")
-    return Path(found.origin).read_text(), name
+    return getattr(importlib.import_module(module), name)
 
 
 def module_constant(spec: str):
-    """The literal value of a module-level constant, "module:NAME", read from the source."""
-    text, name = _source(spec)
-    for node in ast.parse(text).body:
-        targets = node.targets if isinstance(node, ast.Assign) else []
-        if any(isinstance(t, ast.Name) and t.id == name for t in targets):
-            return ast.literal_eval(node.value)
-    raise LookupError(f"no constant {spec}")
+    """A module-level constant, "module:NAME"."""
+    return _named(spec)
 
 
 def dataclass_fields(spec: str) -> dict[str, FieldInfo]:
-    """The fields of the dataclass "module:Class", read from its source: each with its
-    documentation (the string right after it, else the comment on its line, else the comment
-    lines right above it) and its default where that is a literal."""
-    text, name = _source(spec)
-    comments: dict[int, str] = {}
-    alone: set[int] = set()  # lines that hold only a comment
-    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
-        if tok.type == tokenize.COMMENT:
-            comments[tok.start[0]] = tok.string.lstrip("#").strip()
-            if tok.line.lstrip().startswith("#"):
-                alone.add(tok.start[0])
-    cls = next(n for n in ast.parse(text).body if isinstance(n, ast.ClassDef) and n.name == name)
-    found: dict[str, FieldInfo] = {}
-    for i, node in enumerate(cls.body):
-        if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
-            continue
-        after = cls.body[i + 1] if i + 1 < len(cls.body) else None
-        if (
-            isinstance(after, ast.Expr)
-            and isinstance(after.value, ast.Constant)
-            and isinstance(after.value.value, str)
-        ):
-            doc = after.value.value
-        elif node.lineno in comments:
-            doc = comments[node.lineno]
-        else:
-            above, line = [], node.lineno - 1
-            while line in alone:
-                above.insert(0, comments[line])
-                line -= 1
-            doc = " ".join(above)
-        try:
-            default = ast.literal_eval(node.value) if node.value is not None else None
-        except ValueError:
-            default = None
-        annotation = ast.unparse(node.annotation)
-        found[node.target.id] = FieldInfo(
-            node.target.id, annotation, default, " ".join(doc.split())
-        )
+    """The fields of the dataclass "module:Class" (`dataclasses.fields`), each with its
+    documentation (`util.configs.option`'s metadata) and its default."""
+    found = {}
+    for f in dataclasses.fields(_named(spec)):
+        default = None if f.default is dataclasses.MISSING else f.default
+        annotation = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")
+        found[f.name] = FieldInfo(f.name, annotation, default, doc_of(f))
     return found
 
 

@@ -54,7 +54,7 @@ def register(sub) -> None:
         "mlirrl_jax.validation.config:ValidationConfig",
         FIELDS,
         types={"random_factor": POSITIVE_INT, "guided_samples": POSITIVE_INT},
-        choices={"agent_start": list(module_constant("mlirrl_jax.agent.agent:STARTS"))},
+        choices={"agent_start": list(module_constant("mlirrl_jax.agent.config:STARTS"))},
     )
     p.add_argument("--out", help="report folder (default: the run's, or runs/validate-<time>)")
     add_worker_options(p)

@@ -13,33 +13,36 @@ measure one schedule twice; a job's budget counts the rows the others store. Tim
 another job measures on the same machine contend for its cores, so a job warns of the other.
 """
 
-from mlirrl_jax.collect.backends import Backend, check_measure_cpus, local_workers
-from mlirrl_jax.collect.config import (
-    BACKENDS,
-    COMMIT_EVERY_S,
-    SOURCES,
-    BackendError,
-    CollectConfig,
-    CollectReport,
-    Task,
-    parse_mix,
-)
-from mlirrl_jax.collect.job import CollectionJob, SpreadChooser
-from mlirrl_jax.collect.stream import measure_stream
+from mlirrl_jax.util.lazy import lazy_exports
 
-__all__ = [
-    "BACKENDS",
-    "COMMIT_EVERY_S",
-    "SOURCES",
-    "Backend",
-    "BackendError",
-    "CollectConfig",
-    "CollectReport",
-    "CollectionJob",
-    "SpreadChooser",
-    "Task",
-    "check_measure_cpus",
-    "local_workers",
-    "measure_stream",
-    "parse_mix",
-]
+# each name from its module at first use: `collect.config` loads without JAX
+_EXPORTS = {
+    "BACKENDS": "mlirrl_jax.collect.config",
+    "COMMIT_EVERY_S": "mlirrl_jax.collect.config",
+    "SOURCES": "mlirrl_jax.collect.config",
+    "BackendError": "mlirrl_jax.collect.config",
+    "CollectConfig": "mlirrl_jax.collect.config",
+    "CollectReport": "mlirrl_jax.collect.config",
+    "Task": "mlirrl_jax.collect.config",
+    "parse_mix": "mlirrl_jax.collect.config",
+    "Backend": "mlirrl_jax.collect.backends",
+    "check_measure_cpus": "mlirrl_jax.collect.backends",
+    "CollectionJob": "mlirrl_jax.collect.job",
+    "local_workers": "mlirrl_jax.collect.backends",
+    "measure_stream": "mlirrl_jax.collect.stream",
+    "SpreadChooser": "mlirrl_jax.collect.job",
+}
+__all__ = sorted(
+    [
+        *_EXPORTS,
+        "BACKENDS",
+        "BackendError",
+        "COMMIT_EVERY_S",
+        "CollectConfig",
+        "CollectReport",
+        "SOURCES",
+        "Task",
+        "parse_mix",
+    ]
+)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

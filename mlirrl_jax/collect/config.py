@@ -14,6 +14,7 @@ from mlirrl_jax.measure.timing import ADAPTIVE, TimingMethod
 from mlirrl_jax.programs.ir import Program
 from mlirrl_jax.schedule import Schedule
 from mlirrl_jax.shipped import default_store
+from mlirrl_jax.util.configs import option
 
 log = logging.getLogger(__name__)
 
@@ -55,47 +56,92 @@ class BackendError(Error, ValueError):
 
 @dataclass
 class CollectConfig:
-    """What one collection job measures, and how."""
+    """What one collection job measures, and how.
 
-    store: Path = field(default_factory=lambda: Path(default_store()))  # the SQLite store
-    suite: str = "dl-v0"  # built-in suite to sample programs from
-    split: str = "train"  # split whose programs get sampled schedules
-    budget: int | None = None  # stop when the store holds this many rows for the split here
-    hours: float | None = None  # or stop after this long
-    workers: int = 2  # measurements in flight at once
-    # one kernel timed at a time, the other workers paused meanwhile (`measure.gate`): workers
-    # compile and compute references on every core, and no timed run has a neighbour
-    gate: bool = True
-    # cores the measured kernels run on (empty: any); the job itself can then run elsewhere,
-    # e.g. `taskset -c 1 mlirrl-jax collect --measure-cpus 0`
-    measure_cpus: tuple[int, ...] = ()
-    threads: int = 1  # threads per measured kernel
-    seed: int = 0  # fixes the sampled episodes (a rerun resumes the same sequence)
-    next_weight: float = 0.25  # <1: deeper schedules than uniform sampling
-    uniform_share: float = 0.3  # share of random episodes drawn uniformly (next_weight = 1)
-    # where schedules come from, with their shares (`SOURCES`): random episodes, the
-    # heuristic's schedule and mutations around it, and a trained agent's samples
-    mix: tuple[tuple[str, float], ...] = (("random", 0.4), ("heuristic", 0.4), ("agent", 0.2))
-    agent: Path | None = None  # the agent whose samples the "agent" source draws (default: shipped)
-    # the "uncertain" source: of `candidates` random episodes, the schedule this surrogate
-    # ensemble (`ModelConfig.members` > 1) is least sure of, its members' largest spread
-    surrogate: Path | None = None
-    candidates: int = 16  # random episodes the uncertain source draws per schedule it measures
-    # schedules drawn for a program before moving on to the next: a worker computes a program's
-    # inputs and reference outputs once per visit, not once per schedule
-    per_visit: int = 4
-    baselines_of: tuple[str, ...] = ("train", "test")  # splits whose baselines are measured
-    backend: str = "local"  # "local" worker processes or "ray"
-    address: str | None = None  # Ray cluster address (backend "ray")
+    Its fields are declared alike, each documented (`util.configs.option`): the flags and
+    their help come from them (`cli.options`).
+    """
+
+    store: Path = option(factory=lambda: Path(default_store()), doc="the SQLite store")
+    suite: str = option("dl-v0", doc="built-in suite to sample programs from")
+    split: str = option("train", doc="split whose programs get sampled schedules")
+    budget: int | None = option(
+        None, doc="stop when the store holds this many rows for the split here"
+    )
+    hours: float | None = option(None, doc="or stop after this long")
+    workers: int = option(2, doc="measurements in flight at once")
+    gate: bool = option(
+        True,
+        doc=(
+            "one kernel timed at a time, the other workers paused meanwhile (`measure.gate`):"
+            " workers compile and compute references on every core, and no timed run has a "
+            "neighbour"
+        ),
+    )
+    measure_cpus: tuple[int, ...] = option(
+        (),
+        doc=(
+            "cores the measured kernels run on (empty: any); the job itself can then run "
+            "elsewhere, e.g. `taskset -c 1 mlirrl-jax collect --measure-cpus 0`"
+        ),
+    )
+    threads: int = option(1, doc="threads per measured kernel")
+    seed: int = option(0, doc="fixes the sampled episodes (a rerun resumes the same sequence)")
+    next_weight: float = option(0.25, doc="<1: deeper schedules than uniform sampling")
+    uniform_share: float = option(
+        0.3, doc="share of random episodes drawn uniformly (next_weight = 1)"
+    )
+    mix: tuple[tuple[str, float], ...] = option(
+        (("random", 0.4), ("heuristic", 0.4), ("agent", 0.2)),
+        doc=(
+            "where schedules come from, with their shares (`SOURCES`): random episodes, the "
+            "heuristic's schedule and mutations around it, and a trained agent's samples"
+        ),
+    )
+    agent: Path | None = option(
+        None, doc='the agent whose samples the "agent" source draws (default: shipped)'
+    )
+    surrogate: Path | None = option(
+        None,
+        doc=(
+            'the "uncertain" source: of `candidates` random episodes, the schedule this '
+            "surrogate ensemble (`ModelConfig.members` > 1) is least sure of, its members' "
+            "largest spread"
+        ),
+    )
+    candidates: int = option(
+        16, doc="random episodes the uncertain source draws per schedule it measures"
+    )
+    per_visit: int = option(
+        4,
+        doc=(
+            "schedules drawn for a program before moving on to the next: a worker computes a "
+            "program's inputs and reference outputs once per visit, not once per schedule"
+        ),
+    )
+    baselines_of: tuple[str, ...] = option(
+        ("train", "test"), doc="splits whose baselines are measured"
+    )
+    backend: str = option("local", doc='"local" worker processes or "ray"')
+    address: str | None = option(None, doc='Ray cluster address (backend "ray")')
     timeout_s: float = 60.0
     mem_limit_mb: int = DEFAULT_MEM_LIMIT_MB
-    # adaptive repeats: a long kernel whose calls agree stops after 2 of them (its first run
-    # one of them), the others are timed as before (5 calls and 0.1 s at least)
-    method: TimingMethod = ADAPTIVE
-    max_programs: int | None = None  # only the first N programs of the split (tests, demos)
-    max_mflops: float | None = None  # only programs of at most this many MFLOP
-    programs: tuple[str, ...] = ()  # only these URIs of the split (tests, demos)
-    inject_faults: tuple[str, ...] = ()  # testing only: faults for the first sampled tasks
+    method: TimingMethod = option(
+        ADAPTIVE,
+        doc=(
+            "adaptive repeats: a long kernel whose calls agree stops after 2 of them (its "
+            "first run one of them), the others are timed as before (5 calls and 0.1 s at "
+            "least)"
+        ),
+    )
+    max_programs: int | None = option(
+        None, doc="only the first N programs of the split (tests, demos)"
+    )
+    max_mflops: float | None = option(None, doc="only programs of at most this many MFLOP")
+    programs: tuple[str, ...] = option((), doc="only these URIs of the split (tests, demos)")
+    inject_faults: tuple[str, ...] = option(
+        (), doc="testing only: faults for the first sampled tasks"
+    )
 
 
 @dataclass

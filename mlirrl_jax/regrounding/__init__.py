@@ -66,30 +66,38 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlirrl_jax.regrounding.config import SELECTIONS, UPDATES, RegroundConfig, uncertain_gain_order
-from mlirrl_jax.regrounding.job import Regrounding
-from mlirrl_jax.regrounding.plan import CUT_ORDER, Planned, priority, within_budget
-from mlirrl_jax.regrounding.report import format_rounds, save_round_plots
-from mlirrl_jax.surrogate.adapt import anchor_states, surrogate_metrics, update_refusal
+from mlirrl_jax.regrounding.config import RegroundConfig
+from mlirrl_jax.util.lazy import lazy_exports
 
-__all__ = [
-    "CUT_ORDER",
-    "SELECTIONS",
-    "UPDATES",
-    "Planned",
-    "RegroundConfig",
-    "Regrounding",
-    "Rounds",
-    "anchor_states",
-    "format_rounds",
-    "priority",
-    "rounds",
-    "save_round_plots",
-    "surrogate_metrics",
-    "uncertain_gain_order",
-    "update_refusal",
-    "within_budget",
-]
+# each name from its module at first use: `regrounding.config` loads without JAX
+_EXPORTS = {
+    "SELECTIONS": "mlirrl_jax.regrounding.config",
+    "UPDATES": "mlirrl_jax.regrounding.config",
+    "RegroundConfig": "mlirrl_jax.regrounding.config",
+    "uncertain_gain_order": "mlirrl_jax.regrounding.config",
+    "anchor_states": "mlirrl_jax.surrogate.adapt",
+    "CUT_ORDER": "mlirrl_jax.regrounding.plan",
+    "format_rounds": "mlirrl_jax.regrounding.report",
+    "Planned": "mlirrl_jax.regrounding.plan",
+    "priority": "mlirrl_jax.regrounding.plan",
+    "Regrounding": "mlirrl_jax.regrounding.job",
+    "save_round_plots": "mlirrl_jax.regrounding.report",
+    "surrogate_metrics": "mlirrl_jax.surrogate.adapt",
+    "update_refusal": "mlirrl_jax.surrogate.adapt",
+    "within_budget": "mlirrl_jax.regrounding.plan",
+}
+__all__ = sorted(
+    [
+        *_EXPORTS,
+        "RegroundConfig",
+        "SELECTIONS",
+        "UPDATES",
+        "uncertain_gain_order",
+        "Rounds",
+        "rounds",
+    ]
+)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 
 @dataclass(frozen=True)
@@ -104,10 +112,9 @@ class Rounds:
     budget: object = None  # a `budget.TimeBudget`: records what the deadline cut
     deadline: float | None = None  # time.time(): no round starts that would not end by it
 
-    def __call__(
-        self, out: Path, resume: bool, agent_config, train_programs, prior
-    ) -> Regrounding | None:
+    def __call__(self, out: Path, resume: bool, agent_config, train_programs, prior):
         from mlirrl_jax.agent.run import load_programs, training_suites
+        from mlirrl_jax.regrounding.job import Regrounding
         from mlirrl_jax.splits import SURROGATE_VALIDATION, TEST
 
         chosen = self.config

@@ -9,8 +9,6 @@ in the functional style: `nnx.split` once, then plain jit over the parameters.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -25,22 +23,7 @@ from mlirrl_jax.env.features import (
     STATIC_OP_FEATURES,
     Features,
 )
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    loop_width: int = 0  # loop token size (0: an op reads its loops' features flattened)
-    op_width: int = 64  # op token size
-    heads: int = 2  # attention heads across ops (0: ops exchange a pooled context instead)
-    members: int = 1  # an ensemble of this many networks (different initial weights), averaged
-    seed: int = 0
-    # read the machine's profile and the kernel's threads (`machine_features`); False: a
-    # network of features version 4, fitted before they existed, which reads neither
-    machine_inputs: bool = True
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
+from mlirrl_jax.surrogate.config import ModelConfig
 
 INITIAL_LOG_SECONDS_PER_POINT = -20.7  # about 1 ns
 

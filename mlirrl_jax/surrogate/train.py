@@ -8,7 +8,7 @@ predicted speedups the reward uses) and their order.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from functools import partial
 
 import jax
@@ -18,9 +18,9 @@ import optax
 from flax import nnx
 
 from mlirrl_jax.env.state import slot_sizes
-from mlirrl_jax.errors import ConfigError
+from mlirrl_jax.surrogate.config import TrainConfig
 from mlirrl_jax.surrogate.dataset import Dataset, map_in_chunks, random_states
-from mlirrl_jax.surrogate.model import ModelConfig, apply, build
+from mlirrl_jax.surrogate.model import apply, build
 from mlirrl_jax.surrogate.teacher import fit_tree_teacher
 from mlirrl_jax.util.progress import progress_bar
 
@@ -28,8 +28,6 @@ STEPS_PER_CALL = 50  # training steps per jitted call (a scan): fewer dispatches
 # batches are drawn this many at a time and grouped by the op slots they need (see
 # `_slot_ordered`); their order within a window hardly matters to the learning rate schedule
 ORDER_WINDOW = 1000
-TEACHERS = ("trees", "networks", "none")
-TRAINABLE = ("all", "head")
 HEAD_LAYERS = ("out_hidden", "out")  # the layers a "head" fit changes
 
 
@@ -42,65 +40,6 @@ def _trainable_labels(params, trainable: str):
         return "train" if trainable == "all" or layer in HEAD_LAYERS else "freeze"
 
     return jax.tree_util.tree_map_with_path(label, params)
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """How the surrogate is fitted."""
-
-    # passes over the training rows, up to `max_steps` batches per network (of a networks
-    # teacher, or a network fitted alone; `distill_max_steps` caps the distilled one): the work
-    # grows with the rows until the caps, which keep the default fit within 10 minutes on a
-    # 2-core machine
-    epochs: int = 200
-    max_steps: int | None = 15000
-    programs_per_batch: int = 16  # programs sampled per batch
-    rows_per_program: int = 16  # rows sampled per program in a batch
-    learning_rate: float = 2e-3  # peak of the warmup-cosine schedule
-    weight_decay: float = 1e-4
-    # std of Gaussian noise added to op and loop features in training (a regularizer that
-    # helped networks fitted on the measurements alone; a distilled network does better without)
-    feature_noise: float = 0.0
-    difference_weight: float = 1.0  # weight of the within-program log-time difference loss
-    rank_weight: float = 0.5  # weight of the within-program logistic ranking loss
-    # weight of a listwise ranking loss (ListNet: cross-entropy between each program's
-    # softmax over -measured and over -predicted log time at `listwise_temperature`), which
-    # weighs the fastest schedules of a program most
-    listwise_weight: float = 0.0
-    listwise_temperature: float = 0.1
-    # an ensemble's members (`model.members` > 1) each train on their own bootstrap resample
-    # of the table's programs, besides their own batch order and initial weights: where the
-    # data say little, the members disagree, and their spread is the prediction's uncertainty.
-    # A single network, and a networks teacher, see every program.
-    bootstrap: bool = True
-    seed: int = 0
-    model: ModelConfig = field(default_factory=ModelConfig)
-    # distillation: a teacher is fitted first, then `model` (the network shipped) on the
-    # training rows plus `distill_states` random states of the training programs labeled by the
-    # teacher, for `distill_epochs` passes. Teachers: "trees" (gradient-boosted trees,
-    # `mlirrl_jax.surrogate.teacher`), "networks" (an ensemble of `teacher_members` networks), "none"
-    teacher: str = "trees"
-    teacher_rounds: int = 500  # trees boosted (1,000 labeled no better in a probe)
-    teacher_leaves: int = 127  # leaves per tree
-    teacher_members: int = 3
-    teacher_op_width: int = 64  # of a networks teacher (it only labels, never serves)
-    distill_states: int = 150000
-    distill_epochs: int = 300
-    distill_max_steps: int | None = 40000  # the distilled network's cap (`max_steps`: the rest)
-    # which weights a fit changes: "all", or "head" (the output layers only, `HEAD_LAYERS`: a
-    # per-machine head over the frozen shared layers, for fine-tuning on a few rows)
-    trainable: str = "all"
-
-    def __post_init__(self):
-        if self.teacher not in TEACHERS:
-            raise ConfigError(f"teacher {self.teacher!r}: expected one of {', '.join(TEACHERS)}")
-        if self.trainable not in TRAINABLE:
-            raise ConfigError(
-                f"trainable {self.trainable!r}: expected one of {', '.join(TRAINABLE)}"
-            )
-
-    def to_json(self) -> dict:
-        return asdict(self)
 
 
 def loss_fn(graphdef, params, features, target, program, config: TrainConfig):

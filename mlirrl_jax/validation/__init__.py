@@ -42,24 +42,21 @@ appended `validation.jsonl` is written whole or not at all; a line of it cut sho
 full disk) is cut off before the next run appends to it.
 """
 
-from mlirrl_jax.validation.config import MATMUL_KINDS, ValidationConfig, ValidationError
-from mlirrl_jax.validation.job import Validation
-from mlirrl_jax.validation.plan import Plan, plan, validation_methods
-from mlirrl_jax.validation.report import SEARCHES
-from mlirrl_jax.validation.summary import summarize
-from mlirrl_jax.validation.tables import agents_line, format_validation, save_schedules
+from mlirrl_jax.util.lazy import lazy_exports
 
-__all__ = [
-    "MATMUL_KINDS",
-    "SEARCHES",
-    "Plan",
-    "Validation",
-    "ValidationConfig",
-    "ValidationError",
-    "agents_line",
-    "format_validation",
-    "plan",
-    "save_schedules",
-    "summarize",
-    "validation_methods",
-]
+# each name from its module at first use: `validation.config` loads without JAX
+_EXPORTS = {
+    "agents_line": "mlirrl_jax.validation.tables",
+    "format_validation": "mlirrl_jax.validation.tables",
+    "MATMUL_KINDS": "mlirrl_jax.validation.config",
+    "Plan": "mlirrl_jax.validation.plan",
+    "save_schedules": "mlirrl_jax.validation.tables",
+    "SEARCHES": "mlirrl_jax.validation.report",
+    "summarize": "mlirrl_jax.validation.summary",
+    "Validation": "mlirrl_jax.validation.job",
+    "validation_methods": "mlirrl_jax.validation.plan",
+    "ValidationConfig": "mlirrl_jax.validation.config",
+    "ValidationError": "mlirrl_jax.validation.config",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

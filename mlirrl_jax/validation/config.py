@@ -5,10 +5,11 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from mlirrl_jax.agent.agent import STARTS
+from mlirrl_jax.agent.config import STARTS
 from mlirrl_jax.errors import Error
 from mlirrl_jax.measure.runner import DEFAULT_MEM_LIMIT_MB
 from mlirrl_jax.strategies.base import parse_methods
+from mlirrl_jax.util.configs import option
 
 log = logging.getLogger(__name__)
 
@@ -22,22 +23,41 @@ class ValidationError(Error, ValueError):
 
 @dataclass(frozen=True)
 class ValidationConfig:
+    """What a validation measures and how.
+
+    Its fields are declared alike, each documented (`util.configs.option`): the flags and
+    their help come from them (`cli.options`).
+    """
+
     threads: tuple[int, ...] = (1, 2)
-    budget: int = 8  # k: the agent's and the guided search's measured schedules per program
-    random_factor: int = 8  # the larger random search: random_factor * k measurements
-    guided_samples: int = 256  # random schedules the surrogate ranks for `surrogate_topk`
-    evolutionary_budget: int = 0  # real measurements of the evolutionary search (0: not run)
-    # the agent's top-k: "known" (the heuristic's schedule, refinements of it and the agent's
-    # own, with the agent's own alone measured beside it as `agent_scratch_topk`) or "scratch"
-    agent_start: str = "known"
-    xla: bool = True  # XLA:CPU (jax.jit of the program) measured too
-    numpy: bool = True  # NumPy/BLAS measured too, where it has the op
+    budget: int = option(
+        8, doc="k: the agent's and the guided search's measured schedules per program"
+    )
+    random_factor: int = option(8, doc="the larger random search: random_factor * k measurements")
+    guided_samples: int = option(
+        256, doc="random schedules the surrogate ranks for `surrogate_topk`"
+    )
+    evolutionary_budget: int = option(
+        0, doc="real measurements of the evolutionary search (0: not run)"
+    )
+    agent_start: str = option(
+        "known",
+        doc=(
+            "the agent's top-k: \"known\" (the heuristic's schedule, refinements of it and the "
+            "agent's own, with the agent's own alone measured beside it as "
+            '`agent_scratch_topk`) or "scratch"'
+        ),
+    )
+    xla: bool = option(True, doc="XLA:CPU (jax.jit of the program) measured too")
+    numpy: bool = option(True, doc="NumPy/BLAS measured too, where it has the op")
     seed: int = 0
     timeout_s: float = 60.0
     mem_limit_mb: int = DEFAULT_MEM_LIMIT_MB
-    store: str | None = None  # also put every kernel measurement in this store
-    # strategies measured beside the default ones, comma-separated (`mlirrl_jax.strategies`)
-    also: str = ""
+    store: str | None = option(None, doc="also put every kernel measurement in this store")
+    also: str = option(
+        "",
+        doc="strategies measured beside the default ones, comma-separated (`mlirrl_jax.strategies`)",
+    )
 
     @property
     def also_methods(self) -> tuple:
