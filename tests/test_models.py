@@ -22,6 +22,7 @@ from mlirrl_jax.models.importer import ModelImport, import_model  # noqa: E402
 from mlirrl_jax.models.optimize import ModelOptimizeError, optimize_model  # noqa: E402
 from mlirrl_jax.models.report import compose  # noqa: E402
 from mlirrl_jax.models.rows import LayerRow  # noqa: E402
+from mlirrl_jax.models.steps import steps_of  # noqa: E402
 from mlirrl_jax.programs.ir import load_program  # noqa: E402
 
 ZOO = Path(__file__).parent.parent / "examples" / "models" / "zoo.py"
@@ -178,10 +179,10 @@ def test_the_check_catches_a_program_that_computes_something_else(small):
         outputs = evaluate(programs[name], operands)
         return [o.astype(np.float32) * (scale if "matmul" in name else 1.0) for o in outputs]
 
-    (good,) = replay(plan["steps"], {plan["inputs"][0]: example}, weights, plan["outputs"], run)
+    (good,) = replay(steps_of(plan), {plan["inputs"][0]: example}, weights, plan["outputs"], run)
     np.testing.assert_allclose(good, expected, rtol=1e-4, atol=1e-5)
     (bad,) = replay(
-        plan["steps"],
+        steps_of(plan),
         {plan["inputs"][0]: example},
         weights,
         plan["outputs"],
@@ -404,7 +405,7 @@ def test_each_layer_computation_is_composed_exactly_once_as_the_replay_runs_it(d
 
     weights = dict(np.load(out / "weights.npz"))
     example = {plan["inputs"][0]: np.load(out / "input.npy")}
-    (output,) = replay(plan["steps"], example, weights, plan["outputs"], run)
+    (output,) = replay(steps_of(plan), example, weights, plan["outputs"], run)
     np.testing.assert_allclose(output, np.load(out / "output.npy"), rtol=1e-4, atol=1e-5)
     assert composed["unscheduled"] == sum(times[name] for name in ran)
 

@@ -30,6 +30,7 @@ from mlirrl_jax.models.rewrite import (
     gather_strided_convolutions,
     is_gather,
 )
+from mlirrl_jax.models.steps import Step
 from mlirrl_jax.programs.ir import Program, ProgramError, parse_program
 from mlirrl_jax.records import Record
 
@@ -80,7 +81,7 @@ class Cut:
     dropped_asserts: int = 0
     gathered: int = 0  # strided convolutions cut as a gather and a contraction
     # the function as steps in order (layers, constants, views, moves), for `models.execute`
-    steps: list[dict] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
     inputs: list[str] = field(default_factory=list)
     input_shapes: list[list[int]] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)
@@ -261,22 +262,22 @@ def _shape(value) -> list[int]:
 LITERAL_IN_STEPS = 16  # a literal with more elements goes to the weights (`Cut.literals`)
 
 
-def _constant_step(op, name: str, cut: Cut) -> dict:
+def _constant_step(op, name: str, cut: Cut) -> Step:
     """A tensor constant: a weight (`dense_resource`, read from the model's weights) or a
     literal (kept in the step when small, else with the weights under a name of its own)."""
     attr = op.attributes["value"]
-    step = {"kind": "constant", "result": name, "shape": _shape(op.results[0])}
-    step["dtype"] = str(ir.RankedTensorType(op.results[0].type).element_type)
+    step = Step("constant", result=name, shape=_shape(op.results[0]))
+    step.dtype = str(ir.RankedTensorType(op.results[0].type).element_type)
     text = str(attr)
     if text.startswith("dense_resource<"):
-        step["resource"] = text[len("dense_resource<") :].split(">", 1)[0]
+        step.resource = text[len("dense_resource<") :].split(">", 1)[0]
     else:
         values = np.array(ir.DenseElementsAttr(attr))
         if values.size <= LITERAL_IN_STEPS:
-            step["values"] = values.reshape(-1).tolist()
+            step.values = values.reshape(-1).tolist()
         else:
-            step["resource"] = f"literal_{len(cut.literals)}"
-            cut.literals[step["resource"]] = np.ascontiguousarray(values).reshape(-1).view(np.uint8)
+            step.resource = f"literal_{len(cut.literals)}"
+            cut.literals[step.resource] = np.ascontiguousarray(values).reshape(-1).view(np.uint8)
     return step
 
 
@@ -288,25 +289,26 @@ def _pad_value(op) -> float:
     return float(ir.FloatAttr(owner.operation.attributes["value"]).value)
 
 
-def _other_step(op, names) -> dict:
+def _other_step(op, names) -> Step:
     """A step that is not a Linalg op: what the executor needs to compute it."""
     name = op.operation.name
-    step = {
-        "kind": name,
-        "operands": [names(v) for v in op.operands if isinstance(v.type, ir.RankedTensorType)],
-        "result": names(op.results[0]) if len(op.results) else None,
-    }
+    step = Step(
+        name,
+        operands=[names(v) for v in op.operands if isinstance(v.type, ir.RankedTensorType)],
+        result=names(op.results[0]) if len(op.results) else None,
+    )
     if len(op.results):
-        step["shape"] = _shape(op.results[0])
+        step.shape = _shape(op.results[0])
     attrs = op.operation.attributes
     if name == "tensor.pad":
-        step["low"], step["high"] = _ints(attrs["static_low"]), _ints(attrs["static_high"])
-        step["value"] = _pad_value(op)
+        step.low, step.high = _ints(attrs["static_low"]), _ints(attrs["static_high"])
+        step.value = _pad_value(op)
     elif name in {"tensor.extract_slice", "tensor.insert_slice"}:
-        for key in ("static_offsets", "static_sizes", "static_strides"):
-            step[key.removeprefix("static_")] = _ints(attrs[key])
+        step.offsets = _ints(attrs["static_offsets"])
+        step.sizes = _ints(attrs["static_sizes"])
+        step.strides = _ints(attrs["static_strides"])
     elif name == "tensor.concat":
-        step["dim"] = int(ir.IntegerAttr(attrs["dim"]).value)
+        step.dim = int(ir.IntegerAttr(attrs["dim"]).value)
     return step
 
 
@@ -366,7 +368,7 @@ def cut_module(
             if name in INIT:  # made again inside each program that reads it
                 cut.steps.append(_other_step(op, lambda v: v.get_name(state)))
                 if name == "linalg.fill":
-                    cut.steps[-1]["value"] = _fill_value(op)
+                    cut.steps[-1].value = _fill_value(op)
                 continue
             if name in VIEWS:
                 cut.views += 1
@@ -394,12 +396,12 @@ def cut_module(
             # its first (a batch-norm's reshaped statistics)
             ends_at[len(cut.steps)] = position[group[-1]]
             cut.steps.append(
-                {
-                    "kind": "layer",
-                    "layer": layer.name,
-                    "operands": [a.get_name(state) for a in args],
-                    "result": group[-1].results[0].get_name(state),
-                }
+                Step(
+                    "layer",
+                    layer=layer.name,
+                    operands=[a.get_name(state) for a in args],
+                    result=group[-1].results[0].get_name(state),
+                )
             )
     order = sorted(range(len(cut.steps)), key=lambda i: ends_at[i])
     cut.steps = [cut.steps[i] for i in order]

@@ -16,6 +16,7 @@ from collections.abc import Callable
 import numpy as np
 
 from mlirrl_jax.models.cut import ModelError
+from mlirrl_jax.models.steps import Step
 from mlirrl_jax.programs.ir import Program
 
 NUMPY_DTYPES = {"f32": np.float32, "f64": np.float64, "i64": np.int64, "i32": np.int32}
@@ -49,37 +50,37 @@ def compiled_runner(program: Program, script: str | None = None) -> Callable:
     return run
 
 
-def _slice(step: dict) -> tuple:
+def _slice(step: Step) -> tuple:
     return tuple(
         slice(o, o + s * d, d)
-        for o, s, d in zip(step["offsets"], step["sizes"], step["strides"], strict=True)
+        for o, s, d in zip(step.offsets, step.sizes, step.strides, strict=True)
     )
 
 
-def _other(step: dict, operands: list[np.ndarray]) -> np.ndarray:
+def _other(step: Step, operands: list[np.ndarray]) -> np.ndarray:
     """A step that is not a layer, by the MLIR op's definition."""
-    kind = step["kind"]
+    kind = step.kind
     if kind in {"tensor.expand_shape", "tensor.collapse_shape", "tensor.reshape"}:
-        return operands[0].reshape(step["shape"])  # row-major, as MLIR's reassociation
+        return operands[0].reshape(step.shape)  # row-major, as MLIR's reassociation
     if kind in {"tensor.cast", "tensor.bitcast"}:
         return operands[0]
     if kind == "tensor.pad":
-        widths = list(zip(step["low"], step["high"], strict=True))
-        return np.pad(operands[0], widths, constant_values=step["value"])
+        widths = list(zip(step.low, step.high, strict=True))
+        return np.pad(operands[0], widths, constant_values=step.value)
     if kind == "tensor.extract_slice":
-        return np.ascontiguousarray(operands[0][_slice(step)]).reshape(step["shape"])
+        return np.ascontiguousarray(operands[0][_slice(step)]).reshape(step.shape)
     if kind == "tensor.insert_slice":
         out = operands[1].copy()
         region = out[_slice(step)]
         out[_slice(step)] = operands[0].reshape(region.shape)
         return out
     if kind == "tensor.concat":
-        return np.concatenate(operands, axis=step["dim"])
+        return np.concatenate(operands, axis=step.dim)
     raise ModelError(f"{kind}: not a layer, and the model's replay cannot compute it")
 
 
 def replay(
-    steps: list[dict],
+    steps: list[Step],
     inputs: dict[str, np.ndarray],
     weights: dict[str, np.ndarray],
     outputs: list[str],
@@ -89,34 +90,34 @@ def replay(
     values = dict(inputs)
     last_use = {}
     for i, step in enumerate(steps):
-        for name in step.get("operands", []):
+        for name in step.reads:
             last_use[name] = i
     for i, step in enumerate(steps):
-        kind = step["kind"]
+        kind = step.kind
         try:
-            operands = [values[name] for name in step.get("operands", [])]
+            operands = [values[name] for name in step.reads]
         except KeyError as exc:
             raise ModelError(f"step {i} ({kind}) reads {exc.args[0]}, never computed") from None
         if kind == "constant":
-            dtype = _dtype(step["dtype"])
-            if "resource" in step:
-                data = weights[step["resource"]].view(dtype).reshape(step["shape"])
+            dtype = _dtype(step.dtype)
+            if step.resource is not None:
+                data = weights[step.resource].view(dtype).reshape(step.shape)
             else:  # a literal: one value (a splat) or all of them
-                data = np.asarray(step["values"], dtype)
+                data = np.asarray(step.values, dtype)
                 data = np.broadcast_to(
-                    data.reshape(-1)[0] if data.size == 1 else data.reshape(step["shape"]),
-                    step["shape"],
+                    data.reshape(-1)[0] if data.size == 1 else data.reshape(step.shape),
+                    step.shape,
                 )
-            values[step["result"]] = data
+            values[step.result] = data
         elif kind == "tensor.empty":
-            values[step["result"]] = np.zeros(step["shape"], np.float32)
+            values[step.result] = np.zeros(step.shape, np.float32)
         elif kind == "linalg.fill":
-            values[step["result"]] = np.full(step["shape"], step["value"], operands[-1].dtype)
+            values[step.result] = np.full(step.shape, step.value, operands[-1].dtype)
         elif kind == "layer":
-            values[step["result"]] = run_layer(step["layer"], operands)[0]
+            values[step.result] = run_layer(step.layer, operands)[0]
         else:
-            values[step["result"]] = _other(step, operands)
-        for name in step.get("operands", []):  # free what no later step reads
+            values[step.result] = _other(step, operands)
+        for name in step.reads:  # free what no later step reads
             if last_use.get(name) == i and name not in outputs:
                 values.pop(name, None)
     return [values[name] for name in outputs]

@@ -36,6 +36,7 @@ import numpy as np
 
 from mlirrl_jax.models.cut import MAX_GROUP, MOVES, Layer, ModelError, cut_module
 from mlirrl_jax.models.rewrite import STRIDED_FORMS, default_min_row
+from mlirrl_jax.models.steps import steps_of
 from mlirrl_jax.records import Record
 from mlirrl_jax.runfolder import LOCK, clear_folder, write_atomic
 
@@ -283,7 +284,13 @@ def import_model(
         _write_direct_forms(cut, lowered, max_group, out)
     write_atomic(
         out / "steps.json",
-        json.dumps({"inputs": cut.inputs, "outputs": cut.outputs, "steps": cut.steps}),
+        json.dumps(
+            {
+                "inputs": cut.inputs,
+                "outputs": cut.outputs,
+                "steps": [step.to_json() for step in cut.steps],
+            }
+        ),
     )
     result = ModelImport(
         source=source,
@@ -327,7 +334,7 @@ def _write_direct_forms(cut, lowered: str, max_group: int, out: Path) -> None:
     by_name = {layer.name: layer for layer in cut.layers}
 
     def layer_steps(steps):
-        return [step["layer"] for step in steps if step["kind"] == "layer"]
+        return [step.layer for step in steps if step.kind == "layer"]
 
     pairs = [
         (a, b)
@@ -368,7 +375,11 @@ def check_cut(out: str | os.PathLike, scripts: dict[str, str] | None = None, say
     example = np.load(out / "input.npy")
     start = time.perf_counter()
     (actual,) = replay(
-        plan["steps"], {plan["inputs"][0]: example}, weights, plan["outputs"], run_layer
+        steps_of(plan),
+        {plan["inputs"][0]: example},
+        weights,
+        plan["outputs"],
+        run_layer,
     )
     error = agreement(actual, np.load(out / "output.npy"))
     say(
