@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from mlirrl_jax.errors import ConfigError
+from mlirrl_jax.records import Record
 
 
 @dataclass
-class Step:
+class Step(Record):
     """One step. `kind` is "layer" (a layer program run on `operands`), "constant" (a weight
     read from the model's `resource`, or literal `values`), or the MLIR op's name (a view, a
     move, a fill: what the replay computes itself from the fields of that op)."""
@@ -44,14 +44,6 @@ class Step:
             for f in fields(self)
             if getattr(self, f.name) is not None or f.name == "result"
         }
-
-    @classmethod
-    def from_json(cls, data: dict) -> Step:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ConfigError(f"a step of kind {data.get('kind')!r} has unknown fields {unknown}")
-        return cls(**data)
 
 
 def steps_of(plan: dict) -> list[Step]:
